@@ -1,0 +1,91 @@
+/* fmt.c: number formatting and a write(2) loop with no allocation and no
+ * locale; the only output path of the library. Truncates rather than
+ * overflows: a buffer never holds more than sizeof(s) bytes.
+ */
+#include "fmt.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+static void put(qm_buf_t *b, char c) {
+  if (b->n < sizeof(b->s))
+    b->s[b->n++] = c;
+}
+
+void qm_buf_str(qm_buf_t *b, const char *s) {
+  while (s && *s)
+    put(b, *s++);
+}
+
+void qm_buf_dec(qm_buf_t *b, uint64_t v) {
+  char t[24];
+  int i = 0;
+  do {
+    t[i++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  while (i)
+    put(b, t[--i]);
+}
+
+void qm_buf_sdec(qm_buf_t *b, int64_t v) {
+  if (v < 0) {
+    put(b, '-');
+    qm_buf_dec(b, (uint64_t)0 - (uint64_t)v);
+  } else {
+    qm_buf_dec(b, (uint64_t)v);
+  }
+}
+
+void qm_buf_hex(qm_buf_t *b, uint64_t v) {
+  char t[16];
+  int i = 0;
+  qm_buf_str(b, "0x");
+  do {
+    t[i++] = "0123456789abcdef"[v & 15];
+    v >>= 4;
+  } while (v);
+  while (i)
+    put(b, t[--i]);
+}
+
+void qm_buf_fixed(qm_buf_t *b, uint64_t v, unsigned decimals) {
+  uint64_t scale = 1;
+  for (unsigned i = 0; i < decimals; i++)
+    scale *= 10;
+  qm_buf_dec(b, v / scale);
+  if (!decimals)
+    return;
+  put(b, '.');
+  uint64_t frac = v % scale;
+  for (uint64_t s = scale / 10; s; s /= 10) {
+    put(b, (char)('0' + frac / s));
+    frac %= s;
+  }
+}
+
+void qm_buf_pad_from(qm_buf_t *b, size_t mark, size_t width) {
+  size_t len = b->n - mark;
+  if (len >= width || b->n + (width - len) > sizeof(b->s))
+    return;
+  size_t pad = width - len;
+  memmove(b->s + mark + pad, b->s + mark, len);
+  memset(b->s + mark, ' ', pad);
+  b->n += pad;
+}
+
+void qm_buf_flush(qm_buf_t *b, int fd) {
+  size_t off = 0;
+  int saved = errno; /* printing must not change what the caller sees */
+  while (off < b->n) {
+    ssize_t w = write(fd, b->s + off, b->n - off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      break;
+    off += (size_t)w;
+  }
+  b->n = 0;
+  errno = saved;
+}

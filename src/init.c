@@ -1,0 +1,119 @@
+/* init.c: process initialisation without recursion and without malloc, and
+ * fork safety. Init runs on the first call into qmalloc (or from the
+ * library constructor, whichever is first); other threads wait for it. The
+ * fork lock order, taken in prepare and released in reverse:
+ *   secondary init lock -> probe lock -> secondary lock -> class locks 0..N
+ *   -> meta lock -> thread-cache registry lock
+ * which is also the only nesting allowed anywhere else.
+ */
+#include "init.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <sys/auxv.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "cache.h"
+#include "chunk.h"
+#include "meta.h"
+#include "options.h"
+#include "primary.h"
+#include "qm.h"
+#include "report.h"
+#include "secondary.h"
+
+size_t qm__small_limit;
+int qm__init_done;
+uint64_t qm__secret;
+size_t qm__page;
+unsigned qm__page_shift;
+
+static int init_state; /* 0 not started, 1 running, 2 done */
+
+void qm__init_page_size(void) {
+  size_t pg = (size_t)getauxval(AT_PAGESZ);
+  if (!qm_is_pow2(pg))
+    pg = 4096;
+  qm__page_shift = (unsigned)__builtin_ctzll(pg);
+  qm__page = pg;
+}
+
+static uint64_t make_secret(void) {
+  uint64_t s = 0;
+  int saved = errno;
+  if (getrandom(&s, sizeof s, GRND_NONBLOCK) != sizeof s) {
+    /* no getrandom (before 3.17) or no entropy yet: the kernel's AT_RANDOM
+     * bytes, mixed with addresses and the clock */
+    const uint64_t *r = (const uint64_t *)getauxval(AT_RANDOM);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    s = (r ? r[0] ^ r[1] : 0) ^ (uint64_t)(uintptr_t)&s ^
+        (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull;
+  }
+  errno = saved;
+  return s | 1;
+}
+
+static void fork_prepare(void) {
+  qm__large_fork_prepare();
+  qm__primary_lock_all();
+  qm_lock(&qm__meta_lock);
+  qm__cache_fork_prepare();
+}
+
+static void fork_parent(void) {
+  qm__cache_fork_parent();
+  qm_unlock(&qm__meta_lock);
+  qm__primary_unlock_all();
+  qm__large_fork_parent();
+}
+
+static void fork_child(void) {
+  qm__cache_fork_child();
+  qm_lock_reinit(&qm__meta_lock);
+  qm__primary_reinit_locks();
+  qm__large_fork_child();
+}
+
+void qm__init_slow(void) {
+  int expected = 0;
+  if (!__atomic_compare_exchange_n(&init_state, &expected, 1, false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE)) {
+    /* another thread initialises; nothing in init calls back into malloc,
+     * so this is never the same thread */
+    while (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) != 2)
+      sched_yield();
+    return;
+  }
+  qm__init_page_size();
+  qm__options_init();
+  qm__secret = make_secret();
+  size_t limit = qm__opt.large_threshold_kb << 10;
+  if (qm__primary_init() == 0)
+    qm__small_limit = limit;
+  /* else every request goes to the secondary: slow, but correct */
+  __atomic_store_n(&qm__init_done, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&init_state, 2, __ATOMIC_RELEASE);
+  /* these may allocate: done after init is visible, so they recurse safely */
+  qm__cache_init();
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  if (qm__opt.verbose) {
+    qm__options_print();
+    const qm_probe_result_t *r = qm_probe_result();
+    qm_buf_t b;
+    b.n = 0;
+    qm_buf_str(&b, "qmalloc: strategy ");
+    qm_buf_str(&b, qm_strategy_name(r->strategy));
+    qm_buf_str(&b, ": ");
+    qm_buf_str(&b, r->reason);
+    qm_buf_str(&b, "\n");
+    qm_buf_flush(&b, 2);
+  }
+}
+
+/* Initialise at load too, so that pthread_atfork is registered before the
+ * program can start threads; lazy init covers calls that come earlier. */
+__attribute__((constructor)) static void qm_constructor(void) { qm__init(); }

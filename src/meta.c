@@ -1,0 +1,38 @@
+/* meta.c: a bump allocator over 1 MiB mappings for internal metadata. Memory
+ * is zero when handed out (fresh mappings) and never freed back to it:
+ * owners recycle their objects through their own free lists.
+ */
+#include "meta.h"
+
+#include <stdint.h>
+
+#include "os.h"
+#include "qm.h"
+
+#define META_CHUNK ((size_t)1 << 20)
+
+qm_lock_t qm__meta_lock = QM_LOCK_INIT;
+static uintptr_t cur, end;
+static size_t mapped;
+
+void *qm__meta_alloc(size_t size) {
+  size = qm_align_up(size, 64);
+  qm_lock(&qm__meta_lock);
+  if (cur + size > end) {
+    size_t len = size > META_CHUNK ? qm_page_up(size) : META_CHUNK;
+    void *p;
+    if (qm_os_map(len, 0, QM_PROT_RW, &p)) {
+      qm_unlock(&qm__meta_lock);
+      return NULL;
+    }
+    mapped += len;
+    cur = (uintptr_t)p;
+    end = cur + len;
+  }
+  void *r = (void *)cur;
+  cur += size;
+  qm_unlock(&qm__meta_lock);
+  return r;
+}
+
+size_t qm__meta_mapped(void) { return mapped; }

@@ -1,0 +1,268 @@
+/* options.c: the option table built from options.def, and the parser of
+ * QMALLOC_OPTIONS ("name=value:name=value"). Reads environ itself (getenv is
+ * not safe during preload) and falls back to /proc/self/environ when libc has
+ * not set environ yet. Never allocates; a bad entry warns and changes nothing.
+ */
+#include "options.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "fmt.h"
+#include "os.h"
+#include "report.h"
+
+qm_options_t qm__opt;
+
+enum { KIND_BOOL, KIND_UINT, KIND_ENUM };
+#define KIND_OF_BOOL KIND_BOOL
+#define KIND_OF_UINT KIND_UINT
+#define KIND_OF_ENUM KIND_ENUM
+
+typedef struct opt_desc {
+  const char *name;
+  int kind;
+  uint64_t def, min, max;
+  const char *choices;
+  const char *doc;
+  size_t offset;
+} opt_desc_t;
+
+static const opt_desc_t table[] = {
+#define QM_OPT(name, kind, def, min, max, choices, doc)                                            \
+  {#name, KIND_OF_##kind, def, min, max, choices, doc, offsetof(qm_options_t, name)},
+#include "options.def"
+#undef QM_OPT
+};
+#define NOPTS (sizeof(table) / sizeof(table[0]))
+
+static uint64_t *slot(const opt_desc_t *d) { return (uint64_t *)((char *)&qm__opt + d->offset); }
+
+void qm__options_reset(void) {
+  for (size_t i = 0; i < NOPTS; i++)
+    *slot(&table[i]) = table[i].def;
+}
+
+/* Appends choice number idx of "a|b|c" to b. */
+static void put_choice(qm_buf_t *b, const char *choices, uint64_t idx) {
+  for (const char *s = choices; *s; idx--) {
+    const char *e = strchr(s, '|');
+    size_t len = e ? (size_t)(e - s) : strlen(s);
+    if (!idx) {
+      for (size_t i = 0; i < len; i++) {
+        char one[2] = {s[i], 0};
+        qm_buf_str(b, one);
+      }
+      return;
+    }
+    if (!e)
+      return;
+    s = e + 1;
+  }
+}
+
+const char *qm__options_choice(const char *choices, uint64_t index, char *buf, int cap) {
+  qm_buf_t b;
+  b.n = 0;
+  if (choices)
+    put_choice(&b, choices, index);
+  int n = (int)b.n < cap - 1 ? (int)b.n : cap - 1;
+  memcpy(buf, b.s, (size_t)n);
+  buf[n] = 0;
+  return buf;
+}
+
+static void put_n(qm_buf_t *b, const char *s, size_t n) {
+  for (size_t i = 0; i < n && i < 80; i++) {
+    char one[2] = {s[i], 0};
+    qm_buf_str(b, one);
+  }
+  if (n > 80)
+    qm_buf_str(b, "...");
+}
+
+static void put_value(qm_buf_t *b, const opt_desc_t *d, uint64_t v) {
+  if (d->kind == KIND_ENUM)
+    put_choice(b, d->choices, v);
+  else
+    qm_buf_dec(b, v);
+}
+
+static bool eq(const char *s, size_t n, const char *lit) {
+  return strlen(lit) == n && !memcmp(s, lit, n);
+}
+
+/* Parses one value; false if it is not of the option's kind and range. */
+static bool parse_value(const opt_desc_t *d, const char *s, size_t n, uint64_t *out) {
+  if (d->kind == KIND_BOOL) {
+    if (eq(s, n, "1") || eq(s, n, "true") || eq(s, n, "yes"))
+      return *out = 1, true;
+    if (eq(s, n, "0") || eq(s, n, "false") || eq(s, n, "no"))
+      return *out = 0, true;
+    return false;
+  }
+  if (d->kind == KIND_ENUM) {
+    uint64_t idx = 0;
+    for (const char *c = d->choices; *c; idx++) {
+      const char *e = strchr(c, '|');
+      size_t len = e ? (size_t)(e - c) : strlen(c);
+      if (len == n && !memcmp(c, s, n))
+        return *out = idx, true;
+      if (!e)
+        break;
+      c = e + 1;
+    }
+    return false;
+  }
+  if (!n || n > 19)
+    return false;
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9')
+      return false;
+    v = v * 10 + (uint64_t)(s[i] - '0');
+  }
+  if (v < d->min || v > d->max)
+    return false;
+  return *out = v, true;
+}
+
+static void warn_prefix(qm_buf_t *b, const char *source) {
+  b->n = 0;
+  qm_buf_str(b, source);
+  qm_buf_str(b, ": ");
+}
+
+static int apply_one(const char *source, const char *s, size_t n) {
+  qm_buf_t b;
+  const char *eqs = memchr(s, '=', n);
+  if (!eqs) {
+    warn_prefix(&b, source);
+    qm_buf_str(&b, "'");
+    put_n(&b, s, n);
+    qm_buf_str(&b, "' is not name=value; ignored");
+    qm__warn_buf(&b);
+    return 1;
+  }
+  size_t nlen = (size_t)(eqs - s);
+  const char *val = eqs + 1;
+  size_t vlen = n - nlen - 1;
+  for (size_t i = 0; i < NOPTS; i++) {
+    const opt_desc_t *d = &table[i];
+    if (!eq(s, nlen, d->name))
+      continue;
+    uint64_t v;
+    if (parse_value(d, val, vlen, &v)) {
+      *slot(d) = v;
+      return 0;
+    }
+    warn_prefix(&b, source);
+    qm_buf_str(&b, "option '");
+    qm_buf_str(&b, d->name);
+    if (d->kind == KIND_BOOL) {
+      qm_buf_str(&b, "' takes 0 or 1");
+    } else if (d->kind == KIND_ENUM) {
+      qm_buf_str(&b, "' takes one of ");
+      qm_buf_str(&b, d->choices);
+    } else {
+      qm_buf_str(&b, "' takes an integer in [");
+      qm_buf_dec(&b, d->min);
+      qm_buf_str(&b, ", ");
+      qm_buf_dec(&b, d->max);
+      qm_buf_str(&b, "]");
+    }
+    qm_buf_str(&b, ", not '");
+    put_n(&b, val, vlen);
+    qm_buf_str(&b, "'; keeping ");
+    put_value(&b, d, *slot(d));
+    qm__warn_buf(&b);
+    return 1;
+  }
+  warn_prefix(&b, source);
+  qm_buf_str(&b, "unknown option '");
+  put_n(&b, s, nlen);
+  qm_buf_str(&b, "' ignored");
+  qm__warn_buf(&b);
+  return 1;
+}
+
+int qm__options_apply(const char *source, const char *s) {
+  int warnings = 0;
+  if (!s)
+    return 0;
+  while (*s) {
+    const char *e = s;
+    while (*e && *e != ':')
+      e++;
+    if (e != s)
+      warnings += apply_one(source, s, (size_t)(e - s));
+    s = *e ? e + 1 : e;
+  }
+  return warnings;
+}
+
+#define ENV_NAME "QMALLOC_OPTIONS="
+#define ENV_LEN (sizeof(ENV_NAME) - 1)
+
+/* Before libc's own start-up has run, environ can still be NULL: read the
+ * variable from /proc/self/environ instead, in one pass with no allocation. */
+static const char *env_from_proc(char *out, size_t cap) {
+  char buf[8192];
+  long n = qm_os_read_file("/proc/self/environ", buf, sizeof buf);
+  for (long i = 0; i < n;) {
+    long end = i;
+    while (end < n && buf[end])
+      end++;
+    if ((size_t)(end - i) >= ENV_LEN && !memcmp(buf + i, ENV_NAME, ENV_LEN)) {
+      size_t len = (size_t)(end - i) - ENV_LEN;
+      if (len >= cap)
+        len = cap - 1;
+      memcpy(out, buf + i + ENV_LEN, len);
+      out[len] = 0;
+      return out;
+    }
+    i = end + 1;
+  }
+  return NULL;
+}
+
+extern char **environ;
+
+__attribute__((weak)) const char *qmalloc_default_options(void);
+
+void qm__options_init(void) {
+  static char procbuf[4096];
+  qm__options_reset();
+  if (qmalloc_default_options)
+    qm__options_apply("qmalloc_default_options()", qmalloc_default_options());
+  const char *env = NULL;
+  if (environ) {
+    for (char **e = environ; *e; e++)
+      if (!strncmp(*e, ENV_NAME, ENV_LEN)) {
+        env = *e + ENV_LEN;
+        break;
+      }
+  } else {
+    env = env_from_proc(procbuf, sizeof procbuf);
+  }
+  qm__options_apply("QMALLOC_OPTIONS", env);
+}
+
+void qm__options_print(void) {
+  qm_buf_t b;
+  for (size_t i = 0; i < NOPTS; i++) {
+    const opt_desc_t *d = &table[i];
+    b.n = 0;
+    qm_buf_str(&b, "qmalloc: option ");
+    size_t mark = b.n;
+    qm_buf_str(&b, d->name);
+    qm_buf_str(&b, "=");
+    put_value(&b, d, *slot(d));
+    while (b.n - mark < 34)
+      qm_buf_str(&b, " ");
+    qm_buf_str(&b, " ");
+    qm_buf_str(&b, d->doc);
+    qm_buf_str(&b, "\n");
+    qm_buf_flush(&b, 2);
+  }
+}

@@ -1,0 +1,42 @@
+/* options.h: the parsed runtime options, one field per line of options.def.
+ * Written only during init (or by the tests' re-parse hook), read everywhere
+ * after; parsing never allocates.
+ */
+#ifndef QM_OPTIONS_H
+#define QM_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct qm_options {
+#define QM_OPT(name, kind, def, min, max, choices, doc) uint64_t name;
+#include "options.def"
+#undef QM_OPT
+} qm_options_t;
+
+extern qm_options_t qm__opt;
+
+enum { QM_PROBE_AUTO, QM_PROBE_FAST, QM_PROBE_SLOW };
+enum {
+  QM_STRAT_AUTO,
+  QM_STRAT_PROTECT,
+  QM_STRAT_DISCARD,
+  QM_STRAT_GUARD,
+  QM_STRAT_UNMAP,
+  QM_STRAT_NONE
+};
+enum { QM_PURGE_DONTNEED, QM_PURGE_FREE };
+
+/* Sets the defaults, then applies qmalloc_default_options() (weak, a linked
+ * program may define it) and the QMALLOC_OPTIONS environment variable. */
+void qm__options_init(void);
+/* Applies one "name=value:name=value" string over the current values;
+ * source names it in warnings. Returns the number of warnings printed. */
+int qm__options_apply(const char *source, const char *s);
+void qm__options_reset(void);
+/* Prints every option with its value and doc, one per line, to stderr. */
+void qm__options_print(void);
+/* The name of an enum option's current value ("" for other kinds). */
+const char *qm__options_choice(const char *choices, uint64_t index, char *buf, int cap);
+
+#endif

@@ -1,0 +1,225 @@
+/* os.c: the only file that calls mmap, munmap, mprotect, madvise and mremap.
+ * Invariants: every range is page-aligned and non-empty when a syscall is
+ * made; every syscall is counted; errno policy as written in os.h (ENOMEM to
+ * the caller, feature-probe EINVAL to the caller, the rest fatal).
+ */
+#include "os.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "qm.h"
+#include "report.h"
+
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102 /* Linux 6.13, commit 662df3e5c376 */
+#endif
+#ifndef MADV_GUARD_REMOVE
+#define MADV_GUARD_REMOVE 103
+#endif
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4 /* Linux 5.7 */
+#endif
+
+qm_os_counters_t qm__os_counts;
+
+#define COUNT(field) atomic_fetch_add_explicit(&qm__os_counts.field, 1, memory_order_relaxed)
+
+/* Classifies a failed call's errno and puts back the caller's errno: the
+ * layers above decide what errno the application finally sees. */
+static int check(const char *call, void *p, size_t len, bool einval_ok, int saved) {
+  int err = errno;
+  errno = saved;
+  if (err == ENOMEM || (einval_ok && err == EINVAL))
+    return err;
+  qm__report_os_failure(call, p, len, err);
+}
+
+static void check_range(void *p, size_t len) {
+  QM_DCHECK(((uintptr_t)p & (qm__page - 1)) == 0);
+  QM_DCHECK(len && (len & (qm__page - 1)) == 0);
+  (void)p;
+  (void)len;
+}
+
+int qm_os_map(size_t len, size_t align, qm_prot_t prot, void **out) {
+  int pr = prot == QM_PROT_RW ? PROT_READ | PROT_WRITE : PROT_NONE;
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+  if (align < qm__page)
+    align = qm__page;
+  size_t span = len + (align > qm__page ? align - qm__page : 0);
+  if (span < len)
+    return ENOMEM;
+  COUNT(mmap);
+  int saved = errno;
+  void *p = mmap(NULL, span, pr, flags, -1, 0);
+  if (p == MAP_FAILED)
+    return check("mmap", NULL, span, false, saved);
+  if (span != len) { /* trim the unaligned head and tail */
+    uintptr_t a = qm_align_up((uintptr_t)p, align);
+    size_t head = a - (uintptr_t)p, tail = span - head - len;
+    if (head)
+      qm_os_unmap(p, head);
+    if (tail)
+      qm_os_unmap((void *)(a + len), tail);
+    p = (void *)a;
+  }
+  *out = p;
+  return 0;
+}
+
+int qm_os_unmap(void *p, size_t len) {
+  if (!len)
+    return 0;
+  check_range(p, len);
+  COUNT(munmap);
+  int saved = errno;
+  /* munmap of part of a mapping splits it, so it too can hit the map count */
+  return munmap(p, len) ? check("munmap", p, len, false, saved) : 0;
+}
+
+int qm_os_protect(void *p, size_t len, qm_prot_t from, qm_prot_t to) {
+  if (!len || from == to) {
+    atomic_fetch_add_explicit(&qm__os_counts.skipped, 1, memory_order_relaxed);
+    return 0;
+  }
+  check_range(p, len);
+  COUNT(mprotect);
+  int pr = to == QM_PROT_RW ? PROT_READ | PROT_WRITE : PROT_NONE;
+  int saved = errno;
+  return mprotect(p, len, pr) ? check("mprotect", p, len, false, saved) : 0;
+}
+
+int qm_os_replace_none(void *p, size_t len) {
+  if (!len)
+    return 0;
+  check_range(p, len);
+  COUNT(mmap);
+  int saved = errno;
+  void *r = mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  return r == MAP_FAILED ? check("mmap(MAP_FIXED)", p, len, false, saved) : 0;
+}
+
+static int advise(void *p, size_t len, int advice, const char *name, bool einval_ok) {
+  if (!len)
+    return 0;
+  check_range(p, len);
+  COUNT(madvise);
+  int saved = errno;
+  return madvise(p, len, advice) ? check(name, p, len, einval_ok, saved) : 0;
+}
+
+int qm_os_dontneed(void *p, size_t len) {
+  return advise(p, len, MADV_DONTNEED, "madvise(MADV_DONTNEED)", false);
+}
+int qm_os_free_lazy(void *p, size_t len) {
+  /* MADV_FREE is 4.5+; where it is missing, DONTNEED does the same and more */
+  int r = advise(p, len, MADV_FREE, "madvise(MADV_FREE)", true);
+  return r == EINVAL ? qm_os_dontneed(p, len) : r;
+}
+int qm_os_nohugepage(void *p, size_t len) {
+  return advise(p, len, MADV_NOHUGEPAGE, "madvise(MADV_NOHUGEPAGE)", true);
+}
+int qm_os_hugepage(void *p, size_t len) {
+  return advise(p, len, MADV_HUGEPAGE, "madvise(MADV_HUGEPAGE)", true);
+}
+int qm_os_guard_install(void *p, size_t len) {
+  return advise(p, len, MADV_GUARD_INSTALL, "madvise(MADV_GUARD_INSTALL)", true);
+}
+int qm_os_guard_remove(void *p, size_t len) {
+  return advise(p, len, MADV_GUARD_REMOVE, "madvise(MADV_GUARD_REMOVE)", true);
+}
+
+int qm_os_move(void *old, size_t len, void *to, bool dontunmap) {
+  check_range(old, len);
+  check_range(to, len);
+  COUNT(mremap);
+  int flags = MREMAP_MAYMOVE | MREMAP_FIXED | (dontunmap ? MREMAP_DONTUNMAP : 0);
+  int saved = errno;
+  void *r = mremap(old, len, len, flags, to);
+  return r == MAP_FAILED ? check("mremap", old, len, true, saved) : 0;
+}
+
+int qm_os_grow_in_place(void *p, size_t old_len, size_t new_len) {
+  check_range(p, new_len);
+  COUNT(mremap);
+  int saved = errno;
+  void *r = mremap(p, old_len, new_len, 0);
+  return r == MAP_FAILED ? check("mremap", p, new_len, false, saved) : 0;
+}
+
+long qm_os_resident_pages(void *p, size_t len) {
+  unsigned char vec[256];
+  long n = 0;
+  int saved = errno;
+  for (size_t off = 0; off < len; off += sizeof vec * qm__page) {
+    size_t chunk = len - off < sizeof vec * qm__page ? len - off : sizeof vec * qm__page;
+    if (mincore((char *)p + off, chunk, vec)) {
+      errno = saved;
+      return -1;
+    }
+    for (size_t i = 0; i < qm_pages(chunk); i++)
+      n += vec[i] & 1;
+  }
+  return n;
+}
+
+long qm_os_read_file(const char *path, char *buf, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  size_t n = 0;
+  while (n + 1 < cap) {
+    ssize_t r = read(fd, buf + n, cap - 1 - n);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    n += (size_t)r;
+  }
+  close(fd);
+  buf[n] = 0;
+  return (long)n;
+}
+
+long long qm_os_read_number(const char *path) {
+  char buf[64];
+  int saved = errno;
+  long n = qm_os_read_file(path, buf, sizeof buf);
+  errno = saved;
+  if (n <= 0)
+    return -1;
+  long long v = -1;
+  for (const char *s = buf; *s; s++) {
+    if (*s >= '0' && *s <= '9')
+      v = (v < 0 ? 0 : v * 10) + (*s - '0');
+    else if (v >= 0)
+      break;
+  }
+  return v;
+}
+
+long qm_os_count_mappings(void) {
+  int saved = errno;
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    errno = saved;
+    return -1;
+  }
+  char buf[4096];
+  long lines = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    for (ssize_t i = 0; i < r; i++)
+      lines += buf[i] == '\n';
+  }
+  close(fd);
+  errno = saved;
+  return lines;
+}

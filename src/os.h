@@ -1,0 +1,64 @@
+/* os.h: the contract of the OS layer, the only code that maps, unmaps,
+ * protects or advises memory. Ranges are page-aligned; every function
+ * returns 0 or an errno. ENOMEM (out of memory, address space or mappings)
+ * always goes back to the caller, who must degrade; EINVAL goes back only
+ * from the calls that probe optional kernel features (guard regions,
+ * MREMAP_DONTUNMAP); any other errno is a fatal report. A zero-length call,
+ * or a protection change to the state the range is already in, is not made.
+ */
+#ifndef QM_OS_H
+#define QM_OS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { QM_PROT_NONE = 0, QM_PROT_RW = 1 } qm_prot_t;
+
+/* Syscalls made, by kind, and calls that were skipped as no-ops. */
+typedef struct qm_os_counters {
+  atomic_ulong mmap, munmap, mprotect, madvise, mremap, skipped;
+} qm_os_counters_t;
+extern qm_os_counters_t qm__os_counts;
+
+/* Fresh anonymous private mapping of len bytes, aligned to align (a power of
+ * two; 0 means the page size). No MAP_NORESERVE: a PROT_NONE mapping is not
+ * charged to the commit limit anyway, and without the flag a later
+ * mprotect(RW) is, so strict overcommit yields ENOMEM, not the OOM killer. */
+int qm_os_map(size_t len, size_t align, qm_prot_t prot, void **out);
+int qm_os_unmap(void *p, size_t len);
+/* Changes the protection of [p, p+len) from `from` to `to`; no syscall when
+ * they are equal or len is 0. */
+int qm_os_protect(void *p, size_t len, qm_prot_t from, qm_prot_t to);
+/* Replaces [p, p+len) with a fresh PROT_NONE mapping: drops the pages and
+ * protects in one call. On failure the range may be partly unmapped (the
+ * kernel unmaps before it maps): the caller must unmap the rest. */
+int qm_os_replace_none(void *p, size_t len);
+int qm_os_dontneed(void *p, size_t len);  /* pages dropped now; zero on refault */
+int qm_os_free_lazy(void *p, size_t len); /* MADV_FREE: dropped under pressure */
+int qm_os_nohugepage(void *p, size_t len);
+int qm_os_hugepage(void *p, size_t len);
+/* MADV_GUARD_INSTALL / MADV_GUARD_REMOVE (Linux 6.13): EINVAL where absent. */
+int qm_os_guard_install(void *p, size_t len);
+int qm_os_guard_remove(void *p, size_t len);
+/* Moves the pages of [old, old+len) to [to, to+len), which must be mapped and
+ * is replaced. With dontunmap (MREMAP_DONTUNMAP, Linux 5.7) the old range
+ * stays mapped, empty; EINVAL where the kernel lacks it. */
+int qm_os_move(void *old, size_t len, void *to, bool dontunmap);
+/* Grows a mapping in place (no move): ENOMEM when the next pages are taken. */
+int qm_os_grow_in_place(void *p, size_t old_len, size_t new_len);
+
+/* Pages of [p, p+len) resident now (mincore); -1 on error. */
+long qm_os_resident_pages(void *p, size_t len);
+
+/* Reads up to cap-1 bytes of a (proc) file into buf, NUL-terminated; returns
+ * the length or -1. No allocation: safe during init. */
+long qm_os_read_file(const char *path, char *buf, size_t cap);
+/* Parses the first unsigned decimal number of a small proc file; -1 if none. */
+long long qm_os_read_number(const char *path);
+/* Lines of /proc/self/maps: the mappings the process holds now. -1 if
+ * unreadable. */
+long qm_os_count_mappings(void);
+
+#endif

@@ -1,0 +1,249 @@
+/* primary.c: size classes, the one reservation that holds every class
+ * region, and per-class central free lists of chunk addresses kept in
+ * out-of-band batches. Regions are committed (PROT_NONE -> RW) as they are
+ * carved, and pages wholly covered by central free chunks go back to the
+ * kernel at most once per release interval. Lock order: a class lock, then
+ * the meta lock; no two class locks are held at once except by fork.
+ */
+#include "primary.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "lock.h"
+#include "meta.h"
+#include "options.h"
+#include "os.h"
+#include "report.h"
+
+#define BATCH_CAP 64
+
+typedef struct qm_batch {
+  struct qm_batch *next;
+  uint32_t count;
+  uintptr_t chunk[BATCH_CAP];
+} qm_batch_t;
+
+typedef struct central {
+  qm_lock_t lock;
+  qm_batch_t *full;  /* stack of batches; the top one may be partial */
+  qm_batch_t *spare; /* empty batch nodes for reuse */
+  size_t nfree;      /* chunks held in batches */
+  size_t carved;     /* bytes carved from the region start */
+  size_t given_since_purge;
+  uint64_t last_purge_ns;
+  size_t purged_bytes, purges;
+} __attribute__((aligned(64))) central_t;
+
+qm_class_info_t qm__class[QM_NCLASS];
+uintptr_t qm__pbase;
+size_t qm__pspan;
+unsigned qm__rshift;
+static central_t central[QM_NCLASS];
+
+/* Per-class region: 8 GiB (416 GiB of PROT_NONE address space in all, no
+ * memory), halved while the kernel refuses, e.g. under a low RLIMIT_AS. */
+#define RSHIFT_MAX 33
+#define RSHIFT_MIN 21
+/* Commit at least this much at a time: each commit is an mprotect. */
+#define COMMIT_STEP ((size_t)256 << 10)
+/* A class is worth a purge scan once this much went back to its list. */
+#define PURGE_MIN ((size_t)64 << 10)
+
+static size_t user_size_of(unsigned c) {
+  if (c < 16)
+    return (c + 1) * 16;
+  unsigned k = c - 16, l = 8 + k / 4;
+  return ((size_t)1 << l) + ((size_t)(k % 4 + 1) << (l - 2));
+}
+
+static uintptr_t region(unsigned c) { return qm__pbase + ((uintptr_t)c << qm__rshift); }
+
+int qm__primary_init(void) {
+  for (unsigned c = 0; c < QM_NCLASS; c++) {
+    size_t size = user_size_of(c) + QM_HDR;
+    QM_CHECK_OP(qm_class_of(user_size_of(c)), ==, c);
+    qm__class[c].size = (uint32_t)size;
+    qm__class[c].magic = UINT64_MAX / size + 1;
+    size_t slots = 32768 / size;
+    qm__class[c].cache_max = (uint32_t)(slots < 2 ? 2 : slots > 128 ? 128 : slots);
+  }
+  QM_CHECK_OP(user_size_of(QM_NCLASS - 1), ==, QM_SMALL_MAX);
+  for (unsigned shift = RSHIFT_MAX; shift >= RSHIFT_MIN; shift--) {
+    void *p;
+    size_t span = (size_t)QM_NCLASS << shift;
+    if (qm_os_map(span, qm__page, QM_PROT_NONE, &p) == 0) {
+      qm__pbase = (uintptr_t)p;
+      qm__rshift = shift;
+      qm__pspan = span;
+      return 0;
+    }
+  }
+  return ENOMEM;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Makes [0, upto) of region c RW; false if the kernel refused. */
+static bool commit(unsigned c, size_t upto) {
+  size_t have = atomic_load_explicit(&qm__class[c].committed, memory_order_relaxed);
+  if (upto <= have)
+    return true;
+  size_t limit = (size_t)1 << qm__rshift;
+  size_t want = qm_page_up(upto - have > COMMIT_STEP ? upto : have + COMMIT_STEP);
+  if (want > limit)
+    want = limit;
+  if (qm_os_protect((void *)(region(c) + have), want - have, QM_PROT_NONE, QM_PROT_RW))
+    return false;
+  atomic_store_explicit(&qm__class[c].committed, want, memory_order_release);
+  return true;
+}
+
+unsigned qm__central_take(unsigned c, uintptr_t *out, unsigned want) {
+  central_t *cl = &central[c];
+  size_t size = qm__class[c].size;
+  unsigned n = 0;
+  qm_lock(&cl->lock);
+  while (n < want && cl->full) {
+    qm_batch_t *b = cl->full;
+    while (b->count && n < want)
+      out[n++] = b->chunk[--b->count];
+    if (!b->count) {
+      cl->full = b->next;
+      b->next = cl->spare;
+      cl->spare = b;
+    }
+  }
+  cl->nfree -= n;
+  if (n < want) {
+    size_t limit = (size_t)1 << qm__rshift;
+    size_t k = (limit - cl->carved) / size;
+    if (k > want - n)
+      k = want - n;
+    if (k && !commit(c, cl->carved + k * size)) {
+      size_t have = atomic_load_explicit(&qm__class[c].committed, memory_order_relaxed);
+      k = (have - cl->carved) / size;
+    }
+    for (; k; k--, cl->carved += size)
+      out[n++] = region(c) + cl->carved;
+  }
+  qm_unlock(&cl->lock);
+  return n;
+}
+
+/* Scans the central list of class c and gives every page that its free
+ * chunks (and the never-carved tail) cover completely back to the kernel.
+ * Called with the class lock held. */
+static void purge_locked(unsigned c) {
+  central_t *cl = &central[c];
+  size_t size = qm__class[c].size, pg = qm__page;
+  size_t npages = qm_page_up(cl->carved) / pg;
+  cl->given_since_purge = 0;
+  cl->last_purge_ns = now_ns();
+  if (!npages || cl->nfree * size < 2 * pg)
+    return;
+  uint32_t *cover;
+  if (qm_os_map(npages * sizeof *cover, 0, QM_PROT_RW, (void **)&cover))
+    return;
+  for (qm_batch_t *b = cl->full; b; b = b->next) {
+    for (uint32_t i = 0; i < b->count; i++) {
+      size_t lo = b->chunk[i] - region(c), hi = lo + size;
+      while (lo < hi) {
+        size_t pend = qm_align_down(lo, pg) + pg;
+        size_t upto = pend < hi ? pend : hi;
+        cover[lo / pg] += (uint32_t)(upto - lo);
+        lo = upto;
+      }
+    }
+  }
+  if (cl->carved % pg)
+    cover[npages - 1] += (uint32_t)(pg - cl->carved % pg);
+  size_t run = 0;
+  for (size_t i = 0; i <= npages; i++) {
+    if (i < npages && cover[i] == pg) {
+      run++;
+      continue;
+    }
+    if (run) {
+      void *at = (void *)(region(c) + (i - run) * pg);
+      int r = qm__opt.purge == QM_PURGE_FREE ? qm_os_free_lazy(at, run * pg)
+                                             : qm_os_dontneed(at, run * pg);
+      if (!r)
+        cl->purged_bytes += run * pg;
+      run = 0;
+    }
+  }
+  cl->purges++;
+  qm_os_unmap(cover, qm_page_up(npages * sizeof *cover));
+}
+
+void qm__central_give(unsigned c, const uintptr_t *in, unsigned n) {
+  central_t *cl = &central[c];
+  qm_lock(&cl->lock);
+  for (unsigned i = 0; i < n; i++) {
+    qm_batch_t *b = cl->full;
+    if (!b || b->count == BATCH_CAP) {
+      b = cl->spare;
+      if (b)
+        cl->spare = b->next;
+      else if (!(b = qm__meta_alloc(sizeof *b)))
+        break; /* no memory even for bookkeeping: these chunks are lost */
+      b->count = 0;
+      b->next = cl->full;
+      cl->full = b;
+    }
+    b->chunk[b->count++] = in[i];
+    cl->nfree++;
+  }
+  cl->given_since_purge += (size_t)n * qm__class[c].size;
+  if (cl->given_since_purge >= PURGE_MIN &&
+      now_ns() - cl->last_purge_ns >= qm__opt.release_interval_ms * 1000000u)
+    purge_locked(c);
+  qm_unlock(&cl->lock);
+}
+
+size_t qm__primary_purge_all(void) {
+  size_t before = 0, after = 0;
+  for (unsigned c = 0; c < QM_NCLASS && qm__pspan; c++) {
+    central_t *cl = &central[c];
+    qm_lock(&cl->lock);
+    before += cl->purged_bytes;
+    purge_locked(c);
+    after += cl->purged_bytes;
+    qm_unlock(&cl->lock);
+  }
+  return after - before;
+}
+
+void qm__primary_stats(qm_primary_stats_t *s) {
+  memset(s, 0, sizeof *s);
+  s->reserved = qm__pspan;
+  for (unsigned c = 0; c < QM_NCLASS && qm__pspan; c++) {
+    central_t *cl = &central[c];
+    qm_lock(&cl->lock);
+    s->committed += atomic_load_explicit(&qm__class[c].committed, memory_order_relaxed);
+    s->carved += cl->carved;
+    s->central_free += cl->nfree * qm__class[c].size;
+    s->purged_bytes += cl->purged_bytes;
+    s->purges += cl->purges;
+    qm_unlock(&cl->lock);
+  }
+}
+
+void qm__primary_lock_all(void) {
+  for (unsigned c = 0; c < QM_NCLASS; c++)
+    qm_lock(&central[c].lock);
+}
+void qm__primary_unlock_all(void) {
+  for (unsigned c = QM_NCLASS; c--;)
+    qm_unlock(&central[c].lock);
+}
+void qm__primary_reinit_locks(void) {
+  for (unsigned c = 0; c < QM_NCLASS; c++)
+    qm_lock_reinit(&central[c].lock);
+}

@@ -1,0 +1,70 @@
+/* primary.h: the small-chunk allocator's classes and regions. All classes
+ * live in one reservation: class c owns [pbase + c<<rshift, +1<<rshift), so
+ * "is this pointer small, and of which class" is a subtraction and a shift.
+ * Chunks of class c sit at region + i*size; the central free lists hold
+ * chunk addresses (not user pointers) out of band, never inside chunks, so
+ * pages of free chunks can go back to the kernel.
+ */
+#ifndef QM_PRIMARY_H
+#define QM_PRIMARY_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chunk.h"
+#include "fmt.h"
+#include "qm.h"
+
+#define QM_NCLASS 52
+#define QM_SMALL_MAX ((size_t)131072) /* largest user size of a class */
+
+typedef struct qm_class_info {
+  uint32_t size;            /* chunk bytes, header included */
+  uint32_t cache_max;       /* slots in a thread cache's bin */
+  uint64_t magic;           /* ceil(2^64 / size): chunk index by multiply-high */
+  _Atomic size_t committed; /* bytes of the region that are RW; only grows */
+} qm_class_info_t;
+
+extern qm_class_info_t qm__class[QM_NCLASS];
+extern uintptr_t qm__pbase;
+extern size_t qm__pspan; /* 0 until init: every pointer then looks large */
+extern unsigned qm__rshift;
+
+/* Class of a request of n user bytes (n <= QM_SMALL_MAX). */
+QM_INLINE unsigned qm_class_of(size_t n) {
+  if (n <= 256)
+    return n ? (unsigned)((n + 15) >> 4) - 1 : 0;
+  unsigned l = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1));
+  return 16 + (l - 8) * 4 + (unsigned)(((n - 1) >> (l - 2)) - 4);
+}
+
+/* Start of the chunk holding byte `roff` of region c. */
+QM_INLINE uintptr_t qm_chunk_index(uintptr_t roff, unsigned c) {
+  return (uintptr_t)(((unsigned __int128)roff * qm__class[c].magic) >> 64);
+}
+
+int qm__primary_init(void);
+/* Moves up to want free chunks of class c into out (chunk addresses), from
+ * the central list or carved fresh; 0 when the region is exhausted or the
+ * kernel refused to commit more. */
+unsigned qm__central_take(unsigned c, uintptr_t *out, unsigned want);
+/* Gives n free chunks back to the central list of class c. */
+void qm__central_give(unsigned c, const uintptr_t *in, unsigned n);
+/* Returns fully free pages of every class to the kernel now. */
+size_t qm__primary_purge_all(void);
+
+typedef struct qm_primary_stats {
+  size_t reserved, committed, carved, central_free, purged_bytes, purges;
+} qm_primary_stats_t;
+void qm__primary_stats(qm_primary_stats_t *s);
+
+/* Describes addr if it lies in the uncommitted part of a class region
+ * (defined with the fast paths in alloc.c; used by the SIGSEGV report). */
+bool qm__small_describe(uintptr_t addr, const char **what, qm_buf_t *details);
+
+void qm__primary_lock_all(void);
+void qm__primary_unlock_all(void);
+void qm__primary_reinit_locks(void);
+
+#endif

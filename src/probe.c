@@ -1,0 +1,283 @@
+/* probe.c: finds out, by counting minor faults with getrusage(RUSAGE_THREAD),
+ * whether mprotect(PROT_READ|PROT_WRITE) makes exclusive anonymous pages
+ * writable at once (Linux 6.0 commit 64fe24a3e05e for dirty pages; 6.2 for
+ * clean pages and PMD-mapped THP), whether MADV_GUARD_INSTALL exists (6.13),
+ * and picks the quarantine strategy from that and the options. A fault count
+ * is exact where a timing is not, so every verdict comes from one.
+ */
+#include "probe.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/utsname.h>
+#include <time.h>
+
+#include "fmt.h"
+#include "lock.h"
+#include "options.h"
+#include "os.h"
+#include "qm.h"
+#include "strategy.h"
+
+#define PROBE_PAGES 16u
+
+static qm_probe_result_t verdict;
+static atomic_int verdict_ready;
+static qm_lock_t probe_lock = QM_LOCK_INIT;
+
+static long minflt(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_minflt;
+}
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Writes one byte in each of n pages and returns the faults it took. */
+static long write_pages(char *p, size_t n) {
+  long f = minflt();
+  for (size_t i = 0; i < n; i++)
+    ((volatile char *)p)[i * qm__page] = (char)i;
+  return minflt() - f;
+}
+
+static void set_reason(qm_probe_result_t *r, const char *a, long n1, const char *b, long n2,
+                       const char *c) {
+  qm_buf_t t;
+  t.n = 0;
+  qm_buf_str(&t, a);
+  if (n1 >= 0)
+    qm_buf_dec(&t, (uint64_t)n1);
+  qm_buf_str(&t, b);
+  if (n2 >= 0)
+    qm_buf_dec(&t, (uint64_t)n2);
+  qm_buf_str(&t, c);
+  size_t n = t.n < sizeof r->reason - 1 ? t.n : sizeof r->reason - 1;
+  memcpy(r->reason, t.s, n);
+  r->reason[n] = 0;
+}
+
+/* The 6.2 test on a 2 MiB-aligned THP: 0 faults rewriting it after
+ * NONE -> RW, where 6.0/6.1 take one huge write fault. */
+static void probe_thp(qm_probe_result_t *r) {
+  size_t huge = (size_t)2 << 20;
+  void *p;
+  r->fast_thp = -1;
+  r->faults_thp = -1;
+  if (qm_os_map(huge, huge, QM_PROT_RW, &p))
+    return;
+  if (qm_os_hugepage(p, huge) == 0) {
+    long first = write_pages(p, huge / qm__page);
+    if (first <= 2 && !qm_os_protect(p, huge, QM_PROT_RW, QM_PROT_NONE) &&
+        !qm_os_protect(p, huge, QM_PROT_NONE, QM_PROT_RW)) {
+      r->faults_thp = write_pages(p, huge / qm__page);
+      r->fast_thp = r->faults_thp == 0;
+    }
+  }
+  qm_os_unmap(p, huge);
+}
+
+QM_EXPORT int qm_probe_run(qm_probe_result_t *r, int full) {
+  if (!qm__page)
+    qm__init_page_size();
+  memset(r, 0, sizeof *r);
+  struct utsname u;
+  if (uname(&u) == 0) {
+    size_t n = strnlen(u.release, sizeof r->kernel - 1);
+    memcpy(r->kernel, u.release, n);
+    r->kernel[n] = 0;
+  }
+  uint64_t t0 = mono_ns();
+  size_t n = PROBE_PAGES, len = n * qm__page;
+  void *v;
+  int err = qm_os_map(len, 0, QM_PROT_RW, &v);
+  if (err)
+    return err;
+  char *p = v;
+  qm_os_nohugepage(p, len); /* a THP would answer for the PMD path instead */
+  r->measured = 1;
+  r->pages = (unsigned)n;
+  r->faults_first = write_pages(p, n);
+  /* dirty exclusive pages: 6.0 */
+  if ((err = qm_os_protect(p, len, QM_PROT_RW, QM_PROT_NONE)) ||
+      (err = qm_os_protect(p, len, QM_PROT_NONE, QM_PROT_RW)))
+    goto out;
+  r->faults_dirty = write_pages(p, n);
+  r->fast_dirty = r->faults_dirty == 0;
+  /* clean exclusive pages: MADV_FREE clears the dirty bits and keeps the
+   * pages (until reclaim); 6.2 makes them writable too */
+  r->fast_clean = -1;
+  r->faults_clean = -1;
+  if (!qm_os_free_lazy(p, len) && !(err = qm_os_protect(p, len, QM_PROT_RW, QM_PROT_NONE)) &&
+      !(err = qm_os_protect(p, len, QM_PROT_NONE, QM_PROT_RW)) &&
+      qm_os_resident_pages(p, len) == (long)n) {
+    r->faults_clean = write_pages(p, n);
+    r->fast_clean = r->faults_clean == 0;
+  }
+  /* guard regions: a feature test, answered by EINVAL where absent */
+  r->guard_regions = qm_os_guard_install(p, qm__page) == 0;
+  if (r->guard_regions)
+    qm_os_guard_remove(p, qm__page);
+  if (full)
+    probe_thp(r);
+out:
+  qm_os_unmap(p, len);
+  r->probe_ns = mono_ns() - t0;
+  return err;
+}
+
+static void choose(qm_probe_result_t *r) {
+  static const int forced[] = {0,
+                               QM_STRATEGY_PROTECT,
+                               QM_STRATEGY_DISCARD,
+                               QM_STRATEGY_GUARD,
+                               QM_STRATEGY_UNMAP,
+                               QM_STRATEGY_NONE};
+  uint64_t opt = qm__opt.strategy;
+  if (opt != QM_STRAT_AUTO) {
+    r->strategy = forced[opt];
+    if (r->strategy == QM_STRATEGY_GUARD && !r->guard_regions) {
+      r->strategy = QM_STRATEGY_DISCARD;
+      set_reason(r,
+                 "strategy=guard asked for, but this kernel has no MADV_GUARD_INSTALL "
+                 "(Linux 6.13): using discard",
+                 -1, "", -1, "");
+    } else {
+      set_reason(r, "forced by the strategy option", -1, "", -1, "");
+    }
+    return;
+  }
+  if (r->fast_dirty) {
+    r->strategy = QM_STRATEGY_PROTECT;
+    if (r->measured)
+      set_reason(r, "mprotect(RW) made ", r->pages, " written pages writable with ",
+                 r->faults_dirty,
+                 " faults: quarantined chunks keep their pages and reuse takes no faults");
+    else
+      set_reason(r, "probe=fast: the kernel is taken to have the mprotect fast path", -1, "", -1,
+                 "");
+    return;
+  }
+  r->strategy = r->guard_regions ? QM_STRATEGY_GUARD : QM_STRATEGY_DISCARD;
+  if (r->measured)
+    set_reason(r, "no mprotect fast path (", r->faults_dirty, " faults rewriting ", r->pages,
+               " pages): quarantined chunks drop their pages");
+  else
+    set_reason(r, "probe=slow: quarantined chunks drop their pages", -1, "", -1, "");
+}
+
+const qm_probe_result_t *qm__probe(void) {
+  if (atomic_load_explicit(&verdict_ready, memory_order_acquire))
+    return &verdict;
+  qm_lock(&probe_lock);
+  if (!atomic_load_explicit(&verdict_ready, memory_order_relaxed)) {
+    qm_probe_result_t r;
+    if (qm__opt.probe == QM_PROBE_AUTO) {
+      if (qm_probe_run(&r, 0))
+        r.fast_dirty = 0; /* no memory to probe with: assume the slow kernel */
+    } else {
+      qm_probe_run(&r, 0); /* still learns guard support and the kernel */
+      r.measured = 0;
+      r.fast_dirty = qm__opt.probe == QM_PROBE_FAST;
+    }
+    choose(&r);
+    verdict = r;
+    atomic_store_explicit(&verdict_ready, 1, memory_order_release);
+  }
+  qm_unlock(&probe_lock);
+  return &verdict;
+}
+
+QM_EXPORT const qm_probe_result_t *qm_probe_result(void) { return qm__probe(); }
+
+QM_EXPORT const char *qm_strategy_name(int s) {
+  switch (s) {
+  case QM_STRATEGY_PROTECT:
+    return "protect";
+  case QM_STRATEGY_DISCARD:
+    return "discard";
+  case QM_STRATEGY_GUARD:
+    return "guard";
+  case QM_STRATEGY_UNMAP:
+    return "unmap";
+  case QM_STRATEGY_NONE:
+    return "none";
+  default:
+    return "unknown";
+  }
+}
+
+void qm__probe_fork_prepare(void) { qm_lock(&probe_lock); }
+void qm__probe_fork_parent(void) { qm_unlock(&probe_lock); }
+void qm__probe_fork_child(void) { qm_lock_reinit(&probe_lock); }
+
+/* ---- measuring a strategy: the seed loop with a strategy's retire and
+ * revive as the step between writes ---- */
+
+static void sort_u64(uint64_t *v, size_t n) {
+  for (size_t gap = n / 2; gap; gap /= 2) /* shell sort: no allocation */
+    for (size_t i = gap; i < n; i++)
+      for (size_t j = i; j >= gap && v[j - gap] > v[j]; j -= gap) {
+        uint64_t t = v[j];
+        v[j] = v[j - gap];
+        v[j - gap] = t;
+      }
+}
+
+QM_EXPORT int qm_strategy_cost(int strategy, size_t bytes, unsigned touch_pages, unsigned iters,
+                               uint64_t *faults_x1000, uint64_t *median_ns) {
+  if (!qm__page)
+    qm__init_page_size();
+  if (strategy < QM_STRATEGY_PROTECT || strategy > QM_STRATEGY_NONE || !bytes || !iters)
+    return EINVAL;
+  size_t len = qm_page_up(bytes), pg = qm__page, span = len + 2 * pg;
+  size_t touch = touch_pages < len / pg ? touch_pages : len / pg;
+  bool unmap = strategy == QM_STRATEGY_UNMAP;
+  int layout = unmap ? QM_STRATEGY_PROTECT : strategy;
+  uint64_t *ns;
+  size_t ns_len = qm_page_up((size_t)iters * sizeof *ns);
+  int err = qm_os_map(ns_len, 0, QM_PROT_RW, (void **)&ns);
+  if (err)
+    return err;
+  uintptr_t base;
+  if ((err = qm__range_map(layout, span, 0, pg, len, &base))) {
+    qm_os_unmap(ns, ns_len);
+    return err;
+  }
+  char *p = (char *)base + pg;
+  memset(p, 1, len);
+  long faults = 0;
+  for (unsigned i = 0; i <= iters && !err; i++) {
+    long f0 = minflt();
+    uint64_t t0 = mono_ns();
+    bool dropped;
+    if (unmap) {
+      qm_os_unmap((void *)base, span);
+      err = qm__range_map(layout, span, 0, pg, len, &base);
+      p = (char *)base + pg;
+    } else if (!(err = qm__range_retire(strategy, p, len, &dropped))) {
+      err = qm__range_revive(strategy, p, len);
+    }
+    if (!err)
+      memset(p, (int)i, touch * pg);
+    uint64_t t = mono_ns() - t0;
+    if (i) { /* iteration 0 warms up */
+      ns[i - 1] = t;
+      faults += minflt() - f0;
+    }
+  }
+  if (!err) {
+    sort_u64(ns, iters);
+    *median_ns = ns[iters / 2];
+    *faults_x1000 = (uint64_t)faults * 1000 / iters;
+    qm_os_unmap((void *)base, span);
+  }
+  qm_os_unmap(ns, ns_len);
+  return err;
+}

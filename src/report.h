@@ -1,0 +1,27 @@
+/* report.h: the one fatal path and the one warning path. Every error qmalloc
+ * detects ends in qm__report_fatal(): one line on stderr in the format
+ *   qmalloc: ERROR: <what> 0x<ptr> (<details>)
+ * written with write(2), then abort(). Nothing here allocates.
+ */
+#ifndef QM_REPORT_H
+#define QM_REPORT_H
+
+#include "fmt.h"
+#include "qm.h"
+
+/* what: e.g. "double free of"; details: already formatted, may be NULL. */
+_Noreturn void qm__report_fatal(const char *what, const void *ptr, const char *details) QM_COLD;
+
+/* The same, with details taken from a buffer the caller filled. */
+_Noreturn void qm__report_fatal_buf(const char *what, const void *ptr, qm_buf_t *details) QM_COLD;
+
+/* A syscall failed with an errno qmalloc cannot handle (anything but
+ * ENOMEM where the caller can degrade): a bug or a hostile environment. */
+_Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t len,
+                                     int err) QM_COLD;
+
+/* "qmalloc: WARNING: <line>" on stderr; never fatal. */
+void qm__warn(const char *line) QM_COLD;
+void qm__warn_buf(qm_buf_t *line) QM_COLD;
+
+#endif

@@ -1,0 +1,967 @@
+/* secondary.c: large chunks, their quarantine and their reuse. Invariants:
+ * a chunk's record (base, span, usable, rw pages, state) is changed only
+ * under S.lock or by the one thread that marked it BUSY; no syscall is made
+ * under S.lock except growing the record table; a LIVE chunk is RW exactly
+ * on [usable, usable + rw pages) and inaccessible elsewhere in its mapping;
+ * a QUAR chunk is inaccessible throughout (strategy none aside). The lock is
+ * a leaf: nothing else is locked while it is held.
+ */
+#include "secondary.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include "lock.h"
+#include "options.h"
+#include "os.h"
+#include "primary.h"
+#include "probe.h"
+#include "qm.h"
+#include "report.h"
+#include "strategy.h"
+
+#define NIL UINT32_MAX
+#define NBINS 160
+#define MAX_RECORDS ((size_t)1 << 20)
+#define VICTIMS 32
+
+enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
+enum { F_NOREUSE = 1, F_INBIN = 2 };
+
+typedef struct block {
+  uintptr_t base, usable; /* the mapping, and its first usable page = user pointer */
+  size_t span, size;      /* mapping bytes (guards included); requested bytes */
+  size_t cap, rw, dirty;  /* pages: usable, RW now, possibly non-zero */
+  uint64_t seq, mark;     /* large frees / bytes freed when it was quarantined */
+  uint32_t qprev, qnext, bprev, bnext;
+  uint8_t state, flags, vmas;
+} block_t;
+
+typedef struct slot {
+  uintptr_t key; /* a chunk's user pointer; 0 = empty */
+  uint32_t idx;
+} slot_t;
+
+static struct {
+  qm_lock_t lock;
+  qm_lock_t init_lock;
+  atomic_int ready;
+  int strategy;
+  bool fast; /* the kernel keeps protect-strategy reuse fault-free */
+  block_t *blk;
+  size_t nblk, blk_committed; /* records in use (high water), records RW */
+  uint32_t free_rec;
+  slot_t *tab;
+  size_t tab_cap, tab_used;
+  uint32_t qhead, qtail, age; /* quarantine FIFO, oldest first; first not aged */
+  uint32_t bin[NBINS];
+  size_t qcount, qpages, qresident; /* chunks, usable pages, resident pages */
+  uint64_t frees, freed_bytes;      /* the clocks quarantine age is read on */
+  size_t maps, map_budget;
+  size_t live, live_bytes, mapped_bytes;
+  uint64_t allocs, reuses, fresh, unmaps, drops, avoided, in_place, moved;
+  bool no_dontunmap;
+} S = {.lock = QM_LOCK_INIT, .init_lock = QM_LOCK_INIT};
+
+/* Page classes, four per doubling: bins of quarantined chunks by capacity,
+ * and the capacity a fresh chunk is given, so that a chunk freed by one
+ * request fits later ones of nearby sizes. Rounding up costs address space
+ * only: pages past the request stay PROT_NONE and are never touched. */
+static unsigned pclass(size_t n) {
+  if (n <= 4)
+    return n ? (unsigned)n - 1 : 0;
+  unsigned l = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1));
+  unsigned c = 4 + (l - 2) * 4 + (unsigned)(((n - 1) >> (l - 2)) - 4);
+  return c < NBINS ? c : NBINS - 1;
+}
+static size_t pclass_pages(unsigned c) {
+  if (c < 4)
+    return c + 1;
+  unsigned k = c - 4, l = 2 + k / 4;
+  return ((size_t)1 << l) + ((size_t)(k % 4 + 1) << (l - 2));
+}
+
+static block_t *B(uint32_t i) { return &S.blk[i]; }
+
+/* ---- the record table and the address -> record hash (under S.lock) ---- */
+
+static uint32_t rec_alloc(void) {
+  if (S.free_rec != NIL) {
+    uint32_t i = S.free_rec;
+    S.free_rec = B(i)->qnext;
+    return i;
+  }
+  if (S.nblk == MAX_RECORDS)
+    return NIL;
+  if (S.nblk == S.blk_committed) {
+    size_t step = (64 << 10) / sizeof(block_t);
+    size_t from = qm_page_up(S.blk_committed * sizeof(block_t));
+    size_t to = qm_page_up((S.blk_committed + step) * sizeof(block_t));
+    if (qm_os_protect((char *)S.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
+      return NIL;
+    S.blk_committed = to / sizeof(block_t);
+  }
+  return (uint32_t)S.nblk++;
+}
+
+static void rec_free(uint32_t i) {
+  block_t *b = B(i);
+  memset(b, 0, sizeof *b);
+  b->state = B_UNUSED;
+  b->qnext = S.free_rec;
+  S.free_rec = i;
+}
+
+static size_t hash(uintptr_t k) { return (size_t)((k >> 12) * 0x9e3779b97f4a7c15ull); }
+
+static uint32_t tab_find(uintptr_t k) {
+  if (!S.tab_cap)
+    return NIL;
+  size_t m = S.tab_cap - 1;
+  for (size_t i = hash(k) & m;; i = (i + 1) & m) {
+    if (S.tab[i].key == k)
+      return S.tab[i].idx;
+    if (!S.tab[i].key)
+      return NIL;
+  }
+}
+
+static void tab_put(slot_t *t, size_t cap, uintptr_t k, uint32_t idx) {
+  size_t m = cap - 1, i = hash(k) & m;
+  while (t[i].key)
+    i = (i + 1) & m;
+  t[i].key = k;
+  t[i].idx = idx;
+}
+
+/* Keeps the load at most 1/2; false if there is no memory to grow. */
+static bool tab_reserve(void) {
+  if ((S.tab_used + 1) * 2 <= S.tab_cap)
+    return true;
+  size_t cap = S.tab_cap ? S.tab_cap * 2 : 512;
+  void *p;
+  if (qm_os_map(qm_page_up(cap * sizeof(slot_t)), 0, QM_PROT_RW, &p))
+    return false;
+  slot_t *t = p;
+  for (size_t i = 0; i < S.tab_cap; i++)
+    if (S.tab[i].key)
+      tab_put(t, cap, S.tab[i].key, S.tab[i].idx);
+  if (S.tab)
+    qm_os_unmap(S.tab, qm_page_up(S.tab_cap * sizeof(slot_t)));
+  S.tab = t;
+  S.tab_cap = cap;
+  return true;
+}
+
+static void tab_insert(uintptr_t k, uint32_t idx) {
+  tab_put(S.tab, S.tab_cap, k, idx);
+  S.tab_used++;
+}
+
+/* Linear-probing delete with backward shift: no tombstones. */
+static void tab_remove(uintptr_t k) {
+  size_t m = S.tab_cap - 1, i = hash(k) & m;
+  while (S.tab[i].key != k) {
+    QM_CHECK(S.tab[i].key);
+    i = (i + 1) & m;
+  }
+  for (size_t j = (i + 1) & m; S.tab[j].key; j = (j + 1) & m) {
+    size_t home = hash(S.tab[j].key) & m;
+    /* move j into the hole at i unless its home lies cyclically in (i, j] */
+    if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+      S.tab[i] = S.tab[j];
+      i = j;
+    }
+  }
+  S.tab[i].key = 0;
+  S.tab_used--;
+}
+
+/* ---- the quarantine (under S.lock) ---- */
+
+static void set_vmas(block_t *b, bool live) {
+  unsigned v = qm__range_vmas(S.strategy, live);
+  S.maps = S.maps - b->vmas + v;
+  b->vmas = (uint8_t)v;
+}
+
+static void bin_insert(uint32_t i) {
+  block_t *b = B(i);
+  unsigned c = pclass(b->cap);
+  b->bprev = NIL;
+  b->bnext = S.bin[c];
+  if (S.bin[c] != NIL)
+    B(S.bin[c])->bprev = i;
+  S.bin[c] = i;
+  b->flags |= F_INBIN;
+}
+
+static void bin_remove(uint32_t i) {
+  block_t *b = B(i);
+  if (!(b->flags & F_INBIN))
+    return;
+  if (b->bprev != NIL)
+    B(b->bprev)->bnext = b->bnext;
+  else
+    S.bin[pclass(b->cap)] = b->bnext;
+  if (b->bnext != NIL)
+    B(b->bnext)->bprev = b->bprev;
+  b->flags &= (uint8_t)~F_INBIN;
+}
+
+static void q_append(uint32_t i) {
+  block_t *b = B(i);
+  b->qnext = NIL;
+  b->qprev = S.qtail;
+  if (S.qtail != NIL)
+    B(S.qtail)->qnext = i;
+  else
+    S.qhead = i;
+  S.qtail = i;
+  if (S.age == NIL)
+    S.age = i;
+  S.qcount++;
+  S.qpages += b->cap;
+  S.qresident += b->dirty;
+}
+
+/* Takes a chunk out of the quarantine (to reuse or unmap it). */
+static void q_unlink(uint32_t i) {
+  block_t *b = B(i);
+  bin_remove(i);
+  if (S.age == i)
+    S.age = b->qnext;
+  if (b->qprev != NIL)
+    B(b->qprev)->qnext = b->qnext;
+  else
+    S.qhead = b->qnext;
+  if (b->qnext != NIL)
+    B(b->qnext)->qprev = b->qprev;
+  else
+    S.qtail = b->qprev;
+  S.qcount--;
+  S.qpages -= b->cap;
+  S.qresident -= b->dirty;
+}
+
+/* Moves every chunk that has aged enough (min frees and min bytes freed
+ * after it) into the bins where allocation looks. FIFO order makes the aged
+ * chunks a prefix of the quarantine. */
+static void q_age(void) {
+  bool none = S.strategy == QM_STRATEGY_NONE;
+  uint64_t min_frees = none ? 0 : qm__opt.quarantine_min_frees;
+  uint64_t min_bytes = none ? 0 : qm__opt.quarantine_min_mb << 20;
+  while (S.age != NIL) {
+    block_t *b = B(S.age);
+    if (S.frees - b->seq < min_frees || S.freed_bytes - b->mark < min_bytes)
+      break;
+    if (!(b->flags & F_NOREUSE) && b->state == B_QUAR)
+      bin_insert(S.age);
+    S.age = b->qnext;
+  }
+}
+
+/* The aged chunk that serves `need` pages best: fits without more waste than
+ * reuse_max_waste_pct allows, is aligned, and has the most pages already
+ * resident (protect: each is a fault saved); among equals, the oldest. */
+static uint32_t q_fit(size_t need, size_t align) {
+  size_t maxcap = need + need * qm__opt.reuse_max_waste_pct / 100;
+  uint32_t best = NIL;
+  size_t best_res = 0;
+  uint64_t best_seq = 0;
+  unsigned scanned = 0;
+  for (unsigned c = pclass(need); c <= pclass(maxcap) && c < NBINS; c++) {
+    for (uint32_t i = S.bin[c]; i != NIL; i = B(i)->bnext) {
+      block_t *b = B(i);
+      if (b->state != B_QUAR || b->cap < need || b->cap > maxcap || (b->usable & (align - 1)))
+        continue;
+      size_t res = b->dirty < need ? b->dirty : need;
+      if (best == NIL || res > best_res || (res == best_res && b->seq < best_seq)) {
+        best = i;
+        best_res = res;
+        best_seq = b->seq;
+      }
+      if (++scanned == 16)
+        return best;
+    }
+  }
+  return best;
+}
+
+/* ---- victims: chunks leaving the quarantine (unmapped) or losing their
+ * pages (dropped), chosen under the lock, worked on outside it ---- */
+
+typedef struct victims {
+  uint32_t unmap[VICTIMS], drop[VICTIMS];
+  unsigned nunmap, ndrop;
+} victims_t;
+
+static bool take_unmap_victim(victims_t *v) {
+  for (uint32_t i = S.qhead; i != NIL; i = B(i)->qnext) {
+    if (B(i)->state != B_QUAR)
+      continue;
+    q_unlink(i);
+    B(i)->state = B_BUSY;
+    v->unmap[v->nunmap++] = i;
+    return true;
+  }
+  return false;
+}
+
+/* Chooses what must go so that the quarantine respects its chunk cap, its
+ * resident budget and the mapping budget (with `extra_maps` about to be
+ * added). Returns true when v is full and the caller should call again. */
+static bool q_enforce(victims_t *v, size_t extra_maps) {
+  size_t budget_pages = (qm__opt.quarantine_mb << 20) >> qm__page_shift;
+  while (v->nunmap < VICTIMS &&
+         (S.qcount > qm__opt.quarantine_max_chunks || S.maps + extra_maps > S.map_budget))
+    if (!take_unmap_victim(v))
+      break;
+  for (uint32_t i = S.qhead; i != NIL && S.qresident > budget_pages && v->ndrop < VICTIMS;
+       i = B(i)->qnext) {
+    block_t *b = B(i);
+    if (b->state != B_QUAR || !b->dirty)
+      continue;
+    S.qresident -= b->dirty; /* counted as gone now; the drop follows */
+    b->state = B_BUSY;
+    v->drop[v->ndrop++] = i;
+  }
+  return v->nunmap == VICTIMS || v->ndrop == VICTIMS;
+}
+
+/* Forgets a chunk whose mapping is gone or about to be (under S.lock). */
+static void forget(uint32_t i) {
+  block_t *b = B(i);
+  S.maps -= b->vmas;
+  S.mapped_bytes -= b->span;
+  tab_remove(b->usable);
+  rec_free(i);
+}
+
+static void process_victims(victims_t *v) {
+  for (unsigned k = 0; k < v->nunmap; k++) {
+    block_t *b = B(v->unmap[k]);
+    qm_os_unmap((void *)b->base, b->span);
+  }
+  for (unsigned k = 0; k < v->ndrop; k++) {
+    block_t *b = B(v->drop[k]);
+    qm__range_drop(S.strategy, (void *)b->usable, b->dirty << qm__page_shift);
+  }
+  if (!v->nunmap && !v->ndrop)
+    return;
+  qm_lock(&S.lock);
+  for (unsigned k = 0; k < v->nunmap; k++)
+    forget(v->unmap[k]);
+  for (unsigned k = 0; k < v->ndrop; k++) {
+    block_t *b = B(v->drop[k]);
+    b->dirty = 0;
+    b->state = B_QUAR;
+  }
+  S.unmaps += v->nunmap;
+  S.drops += v->ndrop;
+  qm_unlock(&S.lock);
+  v->nunmap = v->ndrop = 0;
+}
+
+/* Enforces every quarantine limit, however many rounds it takes. */
+static void enforce(size_t extra_maps) {
+  victims_t v = {.nunmap = 0};
+  bool more;
+  do {
+    qm_lock(&S.lock);
+    more = q_enforce(&v, extra_maps);
+    qm_unlock(&S.lock);
+    process_victims(&v);
+  } while (more);
+}
+
+/* Unmaps every quarantined chunk; returns whether there was any. */
+static bool unmap_quarantine(void) {
+  bool any = false;
+  for (;;) {
+    victims_t v = {.nunmap = 0};
+    qm_lock(&S.lock);
+    while (v.nunmap < VICTIMS && take_unmap_victim(&v))
+      ;
+    qm_unlock(&S.lock);
+    if (!v.nunmap)
+      return any;
+    any = true;
+    process_victims(&v);
+  }
+}
+
+/* ---- initialisation ---- */
+
+static void fault_handler_install(void);
+
+static void ensure_ready(void) {
+  if (QM_LIKELY(atomic_load_explicit(&S.ready, memory_order_acquire)))
+    return;
+  qm_lock(&S.init_lock);
+  if (!atomic_load_explicit(&S.ready, memory_order_relaxed)) {
+    const qm_probe_result_t *r = qm__probe();
+    S.strategy = r->strategy;
+    S.fast = r->fast_dirty == 1;
+    S.qhead = S.qtail = S.age = S.free_rec = NIL;
+    for (unsigned c = 0; c < NBINS; c++)
+      S.bin[c] = NIL;
+    void *p;
+    if (qm_os_map(qm_page_up(MAX_RECORDS * sizeof(block_t)), 0, QM_PROT_NONE, &p) == 0)
+      S.blk = p;
+    long long sys = qm_os_read_number("/proc/sys/vm/max_map_count");
+    if (sys <= 0)
+      sys = 65530;
+    size_t headroom = (size_t)sys / 8 > 256 ? (size_t)sys / 8 : 256;
+    S.map_budget = qm__opt.max_mappings     ? qm__opt.max_mappings
+                   : (size_t)sys > headroom ? (size_t)sys - headroom
+                                            : 1;
+    if (qm__opt.fault_report)
+      fault_handler_install();
+    atomic_store_explicit(&S.ready, 1, memory_order_release);
+  }
+  qm_unlock(&S.init_lock);
+}
+
+/* ---- allocation ---- */
+
+static void *fail_enomem(void) {
+  errno = ENOMEM;
+  return NULL;
+}
+
+/* Hands a chunk to the caller: zeroes what may be non-zero if asked, then
+ * records it LIVE. need: pages the request covers. */
+static void *hand_out(uint32_t i, size_t size, size_t need, bool zero, bool reused) {
+  block_t *b = B(i);
+  if (zero && b->dirty) {
+    size_t nz = b->dirty << qm__page_shift;
+    memset((void *)b->usable, 0, size < nz ? size : nz);
+  }
+  qm_lock(&S.lock);
+  if (reused && S.strategy == QM_STRATEGY_PROTECT && S.fast)
+    S.avoided += b->dirty < need ? b->dirty : need;
+  if (b->dirty < need)
+    b->dirty = need;
+  b->size = size;
+  b->state = B_LIVE;
+  set_vmas(b, true);
+  S.live++;
+  S.live_bytes += size;
+  S.allocs++;
+  S.reuses += reused;
+  qm_unlock(&S.lock);
+  return (void *)b->usable;
+}
+
+static void *fresh(size_t size, size_t need, size_t align, bool zero, bool huge) {
+  size_t pg = qm__page, cap = huge ? need : pclass_pages(pclass(need));
+  if (cap < need) /* past the last class */
+    cap = need;
+  size_t lead = align > pg ? align : pg;
+  size_t span = lead + ((cap + 1) << qm__page_shift);
+  enforce(3);
+  int strat = S.strategy;
+  uintptr_t base;
+  int err = qm__range_map(strat, span, align > pg ? align : 0, lead, need << qm__page_shift, &base);
+  if (err == ENOMEM && unmap_quarantine()) /* out of address space or mappings */
+    err = qm__range_map(strat, span, align > pg ? align : 0, lead, need << qm__page_shift, &base);
+  if (err)
+    return fail_enomem();
+  qm_lock(&S.lock);
+  uint32_t i = S.blk && tab_reserve() ? rec_alloc() : NIL;
+  if (i == NIL) {
+    qm_unlock(&S.lock);
+    qm_os_unmap((void *)base, span);
+    return fail_enomem();
+  }
+  block_t *b = B(i);
+  *b = (block_t){.base = base,
+                 .usable = base + lead,
+                 .span = span,
+                 .cap = cap,
+                 .rw = need,
+                 .state = B_BUSY,
+                 .flags = huge ? F_NOREUSE : 0,
+                 .qprev = NIL,
+                 .qnext = NIL,
+                 .bprev = NIL,
+                 .bnext = NIL};
+  tab_insert(b->usable, i);
+  S.mapped_bytes += span;
+  S.fresh++;
+  qm_unlock(&S.lock);
+  return hand_out(i, size, need, zero, false);
+}
+
+/* Unmaps a BUSY chunk whose protection could not be changed, and forgets
+ * it: never leave a chunk half-protected. */
+static void discard_block(uint32_t i) {
+  block_t *b = B(i);
+  int err = qm_os_unmap((void *)b->base, b->span);
+  qm_lock(&S.lock);
+  if (err) {
+    /* even munmap needs a VMA split here: keep the record so the address
+     * stays known, with its pages dropped */
+    qm_unlock(&S.lock);
+    qm_os_dontneed((void *)b->usable, b->cap << qm__page_shift);
+    qm_lock(&S.lock);
+    b->rw = b->cap;
+    b->dirty = 0;
+    b->state = B_QUAR;
+    b->flags |= F_NOREUSE;
+    q_append(i);
+  } else {
+    forget(i);
+    S.unmaps++;
+  }
+  qm_unlock(&S.lock);
+}
+
+void *qm__large_alloc(size_t size, size_t align, bool zero) {
+  if (size > QM_MAX_REQUEST || align > QM_MAX_REQUEST)
+    return fail_enomem();
+  ensure_ready();
+  size_t need = qm_pages(size ? size : 1);
+  if (align < qm__page)
+    align = qm__page;
+  bool huge = need << qm__page_shift >= qm__opt.unmap_threshold_mb << 20;
+  if (!huge && S.strategy != QM_STRATEGY_UNMAP) {
+    qm_lock(&S.lock);
+    q_age();
+    uint32_t i = q_fit(need, align);
+    if (i != NIL) {
+      q_unlink(i);
+      B(i)->state = B_BUSY;
+    }
+    qm_unlock(&S.lock);
+    if (i != NIL) {
+      block_t *b = B(i);
+      int err = 0;
+      if (need > b->rw)
+        err = qm__range_revive(S.strategy, (void *)(b->usable + (b->rw << qm__page_shift)),
+                               (need - b->rw) << qm__page_shift);
+      if (!err) {
+        if (b->rw < need)
+          b->rw = need;
+        return hand_out(i, size, need, zero, true);
+      }
+      discard_block(i);
+    }
+  }
+  return fresh(size, need, align, zero, huge);
+}
+
+/* ---- free ---- */
+
+static void describe_block(qm_buf_t *d, const block_t *b, const char *state) {
+  qm_buf_str(d, state);
+  qm_buf_str(d, "large chunk, ");
+  qm_buf_dec(d, b->size);
+  qm_buf_str(d, " bytes");
+}
+
+static _Noreturn void report_bad_pointer(const char *what, void *p) {
+  qm_buf_t d;
+  d.n = 0;
+  const char *kind;
+  if (qm__large_describe((uintptr_t)p, &kind, &d))
+    qm__report_fatal_buf(what, p, &d);
+  qm__report_fatal(what, p, "not allocated by qmalloc");
+}
+
+/* Looks up a pointer about to be freed or resized; reports anything that is
+ * not a live chunk's user pointer. Returns with S.lock held. */
+static uint32_t find_live_locked(void *p, const char *what) {
+  qm_lock(&S.lock);
+  uint32_t i = tab_find((uintptr_t)p);
+  if (i == NIL) {
+    qm_unlock(&S.lock);
+    report_bad_pointer(what, p);
+  }
+  if (B(i)->state != B_LIVE) {
+    block_t copy = *B(i);
+    qm_unlock(&S.lock);
+    qm_buf_t d;
+    d.n = 0;
+    describe_block(&d, &copy, "");
+    qm__report_fatal_buf("double free of", p, &d);
+  }
+  return i;
+}
+
+/* Moves a BUSY chunk that left the user into the quarantine (or unmaps it
+ * where the quarantine cannot hold it). */
+static void retire_block(uint32_t i, bool unmap_now) {
+  block_t *b = B(i);
+  if (!unmap_now) {
+    int strat = S.strategy;
+    if (b->flags & F_NOREUSE && strat == QM_STRATEGY_PROTECT)
+      strat = QM_STRATEGY_DISCARD; /* never reused: holding its pages is waste */
+    bool dropped;
+    if (qm__range_retire(strat, (void *)b->usable, b->rw << qm__page_shift, &dropped)) {
+      discard_block(i);
+      return;
+    }
+    qm_lock(&S.lock);
+    if (dropped)
+      b->dirty = 0;
+    if (S.strategy != QM_STRATEGY_NONE)
+      b->rw = 0;
+    b->state = B_QUAR;
+    b->seq = S.frees;
+    b->mark = S.freed_bytes;
+    set_vmas(b, S.strategy == QM_STRATEGY_NONE);
+    q_append(i);
+    qm_unlock(&S.lock);
+    enforce(0);
+    return;
+  }
+  qm_os_unmap((void *)b->base, b->span);
+  qm_lock(&S.lock);
+  forget(i);
+  S.unmaps++;
+  qm_unlock(&S.lock);
+}
+
+void qm__large_free(void *p, size_t check_size, size_t check_align) {
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire))
+    qm__report_fatal("invalid free of", p, "not allocated by qmalloc");
+  uint32_t i = find_live_locked(p, "invalid free of");
+  block_t *b = B(i);
+  if (check_size != SIZE_MAX &&
+      (check_size > b->rw << qm__page_shift || (check_align && (b->usable & (check_align - 1))) ||
+       qm_pages(check_size ? check_size : 1) != qm_pages(b->size))) {
+    qm_buf_t d;
+    d.n = 0;
+    qm_buf_str(&d, "passed ");
+    qm_buf_dec(&d, check_size);
+    qm_buf_str(&d, " bytes, large chunk holds ");
+    qm_buf_dec(&d, b->size);
+    qm_unlock(&S.lock);
+    qm__report_fatal_buf("size mismatch in free_sized of", p, &d);
+  }
+  b->state = B_BUSY;
+  S.frees++;
+  S.freed_bytes += b->size;
+  S.live--;
+  S.live_bytes -= b->size;
+  bool none = S.strategy == QM_STRATEGY_NONE;
+  bool unmap_now = S.strategy == QM_STRATEGY_UNMAP || !qm__opt.quarantine_max_chunks ||
+                   (none && b->flags & F_NOREUSE) ||
+                   S.maps - b->vmas + qm__range_vmas(S.strategy, none) > S.map_budget;
+  qm_unlock(&S.lock);
+  retire_block(i, unmap_now);
+}
+
+size_t qm__large_usable(void *p) {
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire))
+    qm__report_fatal("malloc_usable_size of", p, "not allocated by qmalloc");
+  uint32_t i = find_live_locked(p, "malloc_usable_size of");
+  size_t n = B(i)->rw << qm__page_shift;
+  qm_unlock(&S.lock);
+  return n;
+}
+
+size_t qm__large_size(void *p) {
+  uint32_t i = find_live_locked(p, "realloc of");
+  size_t n = B(i)->size;
+  qm_unlock(&S.lock);
+  return n;
+}
+
+/* ---- realloc ---- */
+
+/* Grows by moving the page tables, not the bytes: the pages go to a new,
+ * larger reservation with mremap(MREMAP_DONTUNMAP), so nothing refaults, and
+ * the old range stays mapped (empty) to be quarantined like any freed chunk,
+ * so the stale pointer faults. Returns the new chunk, or NULL to copy. */
+static void *move_grow(uint32_t old, size_t size, size_t need) {
+  block_t *o = B(old);
+  size_t pg = qm__page, cap = pclass_pages(pclass(need + need / 2));
+  if (cap < need || S.no_dontunmap || !o->rw)
+    return NULL;
+  size_t span = ((cap + 2) << qm__page_shift);
+  uintptr_t base;
+  if (qm__range_map(S.strategy, span, 0, pg, 0, &base))
+    return NULL;
+  uintptr_t usable = base + pg;
+  size_t moved = o->rw << qm__page_shift;
+  int err =
+      qm__range_revive(S.strategy, (void *)(usable + moved), (need << qm__page_shift) - moved);
+  if (!err)
+    err = qm_os_move((void *)o->usable, moved, (void *)usable, true);
+  if (err) {
+    if (err == EINVAL)
+      S.no_dontunmap = true; /* before Linux 5.7: copy from now on */
+    qm_os_unmap((void *)base, span);
+    return NULL;
+  }
+  qm_lock(&S.lock);
+  uint32_t i = tab_reserve() ? rec_alloc() : NIL;
+  if (i == NIL) {
+    /* cannot record the new chunk: put the pages back where they were */
+    qm_unlock(&S.lock);
+    QM_CHECK(qm_os_move((void *)usable, moved, (void *)o->usable, false) == 0);
+    qm_os_unmap((void *)base, span);
+    return NULL;
+  }
+  block_t *b = B(i);
+  *b = (block_t){.base = base,
+                 .usable = usable,
+                 .span = span,
+                 .cap = cap,
+                 .rw = need,
+                 .dirty = need,
+                 .size = size,
+                 .state = B_LIVE,
+                 .qprev = NIL,
+                 .qnext = NIL,
+                 .bprev = NIL,
+                 .bnext = NIL};
+  set_vmas(b, true);
+  tab_insert(usable, i);
+  S.mapped_bytes += span;
+  S.fresh++;
+  S.moved++;
+  S.live_bytes += size;
+  /* the old chunk is freed: it is empty now (its pages moved) */
+  o->dirty = 0;
+  S.frees++;
+  S.freed_bytes += o->size;
+  S.live--;
+  S.live_bytes -= o->size;
+  qm_unlock(&S.lock);
+  retire_block(old, false);
+  return (void *)usable;
+}
+
+void *qm__large_realloc(void *p, size_t size) {
+  if (size > QM_MAX_REQUEST)
+    return fail_enomem();
+  uint32_t i = find_live_locked(p, "realloc of");
+  block_t *b = B(i);
+  size_t need = qm_pages(size);
+  if (need <= b->cap) {
+    size_t old_rw = b->rw;
+    if (need == old_rw || (need < old_rw && S.strategy == QM_STRATEGY_NONE)) {
+      S.live_bytes = S.live_bytes - b->size + size;
+      b->size = size;
+      S.in_place++;
+      qm_unlock(&S.lock);
+      return p;
+    }
+    b->state = B_BUSY;
+    qm_unlock(&S.lock);
+    int err;
+    bool dropped = false;
+    if (need > old_rw)
+      err = qm__range_revive(S.strategy, (void *)(b->usable + (old_rw << qm__page_shift)),
+                             (need - old_rw) << qm__page_shift);
+    else
+      err = qm__range_retire(S.strategy, (void *)(b->usable + (need << qm__page_shift)),
+                             (old_rw - need) << qm__page_shift, &dropped);
+    qm_lock(&S.lock);
+    b->state = B_LIVE;
+    if (!err) {
+      b->rw = need;
+      if (b->dirty < need)
+        b->dirty = need;
+      S.live_bytes = S.live_bytes - b->size + size;
+      b->size = size;
+      S.in_place++;
+      qm_unlock(&S.lock);
+      return p;
+    }
+    if (need < old_rw) { /* could not protect the tail: still correct */
+      S.live_bytes = S.live_bytes - b->size + size;
+      b->size = size;
+      qm_unlock(&S.lock);
+      return p;
+    }
+  }
+  b->state = B_BUSY;
+  qm_unlock(&S.lock);
+  void *q = move_grow(i, size, need);
+  if (q)
+    return q;
+  qm_lock(&S.lock);
+  b->state = B_LIVE;
+  size_t old_size = b->size;
+  qm_unlock(&S.lock);
+  q = qm__large_alloc(size, qm__page, false);
+  if (!q)
+    return NULL;
+  memcpy(q, p, old_size < size ? old_size : size);
+  qm_lock(&S.lock);
+  S.moved++;
+  qm_unlock(&S.lock);
+  qm__large_free(p, SIZE_MAX, 0);
+  return q;
+}
+
+/* ---- trim, stats, fork ---- */
+
+size_t qm__large_trim(void) {
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire))
+    return 0;
+  size_t total = 0;
+  for (;;) {
+    victims_t v = {.nunmap = 0};
+    qm_lock(&S.lock);
+    for (uint32_t i = S.qhead; i != NIL && v.ndrop < VICTIMS; i = B(i)->qnext) {
+      block_t *b = B(i);
+      if (b->state != B_QUAR || !b->dirty)
+        continue;
+      S.qresident -= b->dirty;
+      total += b->dirty << qm__page_shift;
+      b->state = B_BUSY;
+      v.drop[v.ndrop++] = i;
+    }
+    qm_unlock(&S.lock);
+    if (!v.ndrop)
+      return total;
+    process_victims(&v);
+  }
+}
+
+void qm__large_stats(qm_stats_t *s) {
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire))
+    return;
+  qm_lock(&S.lock);
+  s->large_live_chunks = S.live;
+  s->large_live_bytes = S.live_bytes;
+  s->large_mapped_bytes = S.mapped_bytes;
+  s->quarantine_chunks = S.qcount;
+  s->quarantine_bytes = S.qpages << qm__page_shift;
+  s->quarantine_resident_bytes = S.qresident << qm__page_shift;
+  s->large_allocs = S.allocs;
+  s->large_frees = S.frees;
+  s->reuses = S.reuses;
+  s->fresh_maps = S.fresh;
+  s->unmaps = S.unmaps;
+  s->drops = S.drops;
+  s->faults_avoided = S.avoided;
+  s->realloc_in_place = S.in_place;
+  s->realloc_moved = S.moved;
+  s->mappings_estimate = S.maps;
+  s->mappings_budget = S.map_budget;
+  s->strategy = S.strategy;
+  qm_unlock(&S.lock);
+}
+
+/* The secondary's part of the fork lock order: its init lock, the probe
+ * lock (taken inside it by ensure_ready), then its own lock. */
+void qm__large_fork_prepare(void) {
+  qm_lock(&S.init_lock);
+  qm__probe_fork_prepare();
+  qm_lock(&S.lock);
+}
+void qm__large_fork_parent(void) {
+  qm_unlock(&S.lock);
+  qm__probe_fork_parent();
+  qm_unlock(&S.init_lock);
+}
+/* A chunk another thread had BUSY at fork stays BUSY in the child: its
+ * owner does not exist there, so the chunk is simply never touched again. */
+void qm__large_fork_child(void) {
+  qm_lock_reinit(&S.lock);
+  qm__probe_fork_child();
+  qm_lock_reinit(&S.init_lock);
+}
+
+/* ---- describing addresses, and the SIGSEGV report ---- */
+
+bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !S.blk)
+    return false;
+  size_t n = S.nblk;
+  for (size_t i = 0; i < n; i++) {
+    const block_t *b = &S.blk[i];
+    if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
+      continue;
+    bool live = b->state == B_LIVE;
+    size_t rw = b->rw << qm__page_shift;
+    if (a < b->usable) {
+      *what = "heap underflow";
+      qm_buf_dec(d, b->usable - a);
+      qm_buf_str(d, " bytes before ");
+    } else if (!live && b->state != B_BUSY) {
+      *what = "use-after-free";
+      qm_buf_str(d, "offset ");
+      qm_buf_dec(d, a - b->usable);
+      qm_buf_str(d, " in freed ");
+    } else if (a - b->usable >= rw || a - b->usable >= b->size) {
+      *what = "heap overflow";
+      size_t past = a - b->usable - b->size + 1;
+      qm_buf_dec(d, past);
+      qm_buf_str(d, past == 1 ? " byte past the end of " : " bytes past the end of ");
+    } else {
+      *what = "access";
+      qm_buf_str(d, "offset ");
+      qm_buf_dec(d, a - b->usable);
+      qm_buf_str(d, " in ");
+    }
+    qm_buf_str(d, "large chunk of ");
+    qm_buf_dec(d, b->size);
+    qm_buf_str(d, " bytes at ");
+    qm_buf_hex(d, b->usable);
+    return true;
+  }
+  return false;
+}
+
+static void on_segv(int sig, siginfo_t *si, void *ctx) {
+  (void)sig;
+  if (si->si_code <= 0) /* sent by kill() or the like: not a memory fault */
+    return;
+  uintptr_t a = (uintptr_t)si->si_addr;
+  qm_buf_t d;
+  d.n = 0;
+  const char *what = NULL;
+  if (!qm__large_describe(a, &what, &d) && !qm__small_describe(a, &what, &d))
+    return; /* SA_RESETHAND restored the default: the retried access kills */
+  qm_buf_t w;
+  w.n = 0;
+  qm_buf_str(&w, what);
+#if defined(__x86_64__)
+  const ucontext_t *uc = ctx;
+  qm_buf_str(&w, uc->uc_mcontext.gregs[REG_ERR] & 2 ? " (write)" : " (read)");
+#else
+  (void)ctx;
+#endif
+  qm_buf_str(&w, " at");
+  w.s[w.n < sizeof w.s ? w.n : sizeof w.s - 1] = 0;
+  /* print only: returning retries the access under the default action, so
+   * the process dies of the SIGSEGV itself, as it would without qmalloc */
+  qm_buf_t line;
+  line.n = 0;
+  qm_buf_str(&line, "qmalloc: ERROR: ");
+  qm_buf_str(&line, w.s);
+  qm_buf_str(&line, " ");
+  qm_buf_hex(&line, a);
+  qm_buf_str(&line, " (");
+  for (size_t i = 0; i < d.n; i++) {
+    char one[2] = {d.s[i], 0};
+    qm_buf_str(&line, one);
+  }
+  qm_buf_str(&line, ")\n");
+  qm_buf_flush(&line, 2);
+}
+
+/* Installed only over the default disposition, one-shot: a program that
+ * handles SIGSEGV itself replaces it and sees no difference. */
+static void fault_handler_install(void) {
+  struct sigaction old;
+  if (sigaction(SIGSEGV, NULL, &old) || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO))
+    return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_segv;
+  sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, NULL);
+}

@@ -1,0 +1,39 @@
+/* secondary.h: large chunks. Each chunk has its own mapping between guard
+ * pages; its metadata lives out of band in a record table, never in a page
+ * that may be PROT_NONE. Freed chunks age in a quarantine, inaccessible,
+ * before they are reused for a request they fit.
+ */
+#ifndef QM_SECONDARY_H
+#define QM_SECONDARY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fmt.h"
+#include "qmalloc.h"
+
+/* NULL with errno ENOMEM on failure. align: a power of two (page or more is
+ * honoured exactly; less is rounded up to a page). zero: calloc semantics. */
+void *qm__large_alloc(size_t size, size_t align, bool zero);
+/* Reports and aborts on a pointer that is not a live large chunk. With
+ * check_size != SIZE_MAX (free_sized), also on a size that does not fit. */
+void qm__large_free(void *p, size_t check_size, size_t check_align);
+size_t qm__large_usable(void *p);
+/* size >= the large threshold. NULL with errno ENOMEM, p untouched. */
+void *qm__large_realloc(void *p, size_t size);
+/* The requested size of a live chunk (for realloc to small). */
+size_t qm__large_size(void *p);
+/* Drops the pages of every quarantined chunk; returns the bytes dropped. */
+size_t qm__large_trim(void);
+void qm__large_stats(qm_stats_t *s);
+/* Describes addr if it is in a large chunk's mapping: *what gets the kind of
+ * access error ("use-after-free", "heap overflow", ...), details the rest.
+ * Lock-free and allocation-free: called from the SIGSEGV handler. */
+bool qm__large_describe(uintptr_t addr, const char **what, qm_buf_t *details);
+
+void qm__large_fork_prepare(void);
+void qm__large_fork_parent(void);
+void qm__large_fork_child(void);
+
+#endif

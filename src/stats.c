@@ -1,0 +1,137 @@
+/* stats.c: qm_stats(), mallinfo2() and malloc_stats(): counters gathered
+ * from the OS layer, the primary, the thread caches and the secondary.
+ * Reading them takes each module's lock briefly; they are never on a fast
+ * path.
+ */
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "fmt.h"
+#include "init.h"
+#include "meta.h"
+#include "os.h"
+#include "primary.h"
+#include "probe.h"
+#include "qmalloc.h"
+#include "secondary.h"
+
+QM_EXPORT void qm_stats(qm_stats_t *s) {
+  memset(s, 0, sizeof *s);
+  qm__init();
+  s->sys_mmap = atomic_load(&qm__os_counts.mmap);
+  s->sys_munmap = atomic_load(&qm__os_counts.munmap);
+  s->sys_mprotect = atomic_load(&qm__os_counts.mprotect);
+  s->sys_madvise = atomic_load(&qm__os_counts.madvise);
+  s->sys_mremap = atomic_load(&qm__os_counts.mremap);
+  s->sys_skipped = atomic_load(&qm__os_counts.skipped);
+  qm__large_stats(s);
+  qm_primary_stats_t p;
+  qm__primary_stats(&p);
+  size_t cached = qm__cache_held_bytes();
+  s->small_reserved = p.reserved;
+  s->small_committed = p.committed;
+  s->small_free = p.central_free + cached;
+  s->small_in_use = p.carved > s->small_free ? p.carved - s->small_free : 0;
+  s->small_purged = p.purged_bytes;
+  s->threads = qm__cache_threads();
+}
+
+QM_EXPORT struct mallinfo2 qm_mallinfo2(void) {
+  qm_stats_t s;
+  qm_stats(&s);
+  struct mallinfo2 m;
+  memset(&m, 0, sizeof m);
+  m.arena = s.small_committed;
+  m.ordblks = s.quarantine_chunks;
+  m.hblks = s.large_live_chunks;
+  m.hblkhd = s.large_mapped_bytes;
+  m.uordblks = s.small_in_use + s.large_live_bytes;
+  m.fordblks = s.small_free;
+  m.keepcost = s.quarantine_resident_bytes;
+  return m;
+}
+
+QM_EXPORT int qm_malloc_trim(size_t pad) {
+  (void)pad;
+  qm__init();
+  qm__cache_flush_self();
+  size_t released = qm__primary_purge_all();
+  released += qm__large_trim();
+  return released != 0;
+}
+
+static void line(qm_buf_t *b, const char *name, uint64_t v) {
+  qm_buf_str(b, "qmalloc: ");
+  qm_buf_str(b, name);
+  size_t mark = b->n;
+  qm_buf_dec(b, v);
+  qm_buf_pad_from(b, mark, 36 - (mark > 36 ? 36 : strlen(name)));
+  qm_buf_str(b, "\n");
+  qm_buf_flush(b, STDERR_FILENO);
+}
+
+QM_EXPORT void qm_malloc_stats(void) {
+  qm_stats_t s;
+  qm_stats(&s);
+  qm_buf_t b;
+  b.n = 0;
+  qm_buf_str(&b, "qmalloc: strategy ");
+  qm_buf_str(&b, s.strategy ? qm_strategy_name(s.strategy) : "(not chosen yet)");
+  qm_buf_str(&b, "\n");
+  qm_buf_flush(&b, STDERR_FILENO);
+  line(&b, "small bytes in use", s.small_in_use);
+  line(&b, "small bytes free (cached)", s.small_free);
+  line(&b, "small bytes committed", s.small_committed);
+  line(&b, "small bytes advised back", s.small_purged);
+  line(&b, "large chunks live", s.large_live_chunks);
+  line(&b, "large bytes live", s.large_live_bytes);
+  line(&b, "large bytes mapped", s.large_mapped_bytes);
+  line(&b, "quarantine chunks", s.quarantine_chunks);
+  line(&b, "quarantine bytes", s.quarantine_bytes);
+  line(&b, "quarantine bytes resident", s.quarantine_resident_bytes);
+  line(&b, "large allocs", s.large_allocs);
+  line(&b, "large frees", s.large_frees);
+  line(&b, "reuses", s.reuses);
+  line(&b, "fresh mappings", s.fresh_maps);
+  line(&b, "unmaps", s.unmaps);
+  line(&b, "page drops", s.drops);
+  line(&b, "faults avoided", s.faults_avoided);
+  line(&b, "realloc in place", s.realloc_in_place);
+  line(&b, "realloc moved", s.realloc_moved);
+  line(&b, "mappings (estimate)", s.mappings_estimate);
+  line(&b, "mappings budget", s.mappings_budget);
+  line(&b, "syscalls mmap", s.sys_mmap);
+  line(&b, "syscalls munmap", s.sys_munmap);
+  line(&b, "syscalls mprotect", s.sys_mprotect);
+  line(&b, "syscalls madvise", s.sys_madvise);
+  line(&b, "syscalls mremap", s.sys_mremap);
+  line(&b, "no-op changes skipped", s.sys_skipped);
+  line(&b, "threads with a cache", s.threads);
+}
+
+QM_EXPORT int qm_describe(const void *addr, char *buf, size_t cap) {
+  qm_buf_t d;
+  d.n = 0;
+  const char *what = NULL;
+  bool ok = qm__large_describe((uintptr_t)addr, &what, &d) ||
+            qm__small_describe((uintptr_t)addr, &what, &d);
+  if (!cap)
+    return ok;
+  qm_buf_t out;
+  out.n = 0;
+  if (ok) {
+    qm_buf_str(&out, what);
+    qm_buf_str(&out, ": ");
+    for (size_t i = 0; i < d.n; i++) {
+      char one[2] = {d.s[i], 0};
+      qm_buf_str(&out, one);
+    }
+  } else {
+    qm_buf_str(&out, "not in memory qmalloc manages");
+  }
+  size_t n = out.n < cap - 1 ? out.n : cap - 1;
+  memcpy(buf, out.s, n);
+  buf[n] = 0;
+  return ok;
+}

@@ -1,0 +1,81 @@
+/* strategy.c: the retire / revive / drop primitives of each strategy.
+ * protect keeps pages (cheap reuse where mprotect(RW) restores write access
+ * without faults, Linux 6.0+ commit 64fe24a3e05e); discard and guard drop
+ * them (no memory held, a zero-fill fault per page touched on reuse); none
+ * leaves the chunk RW. unmap never retires a range: the secondary unmaps.
+ */
+#include "strategy.h"
+
+#include <errno.h>
+
+#include "os.h"
+#include "qm.h"
+
+int qm__range_map(int strategy, size_t span, size_t align, size_t rw_off, size_t rw_len,
+                  uintptr_t *base) {
+  void *p;
+  bool guard = strategy == QM_STRATEGY_GUARD;
+  int err = qm_os_map(span, align, guard ? QM_PROT_RW : QM_PROT_NONE, &p);
+  if (err)
+    return err;
+  char *b = p;
+  if (guard) {
+    /* markers on both sides of the RW part; no VMA split (Linux 6.13) */
+    err = qm_os_guard_install(b, rw_off);
+    if (!err)
+      err = qm_os_guard_install(b + rw_off + rw_len, span - rw_off - rw_len);
+  } else {
+    err = qm_os_protect(b + rw_off, rw_len, QM_PROT_NONE, QM_PROT_RW);
+  }
+  if (err) {
+    qm_os_unmap(p, span);
+    return err == EINVAL ? ENOMEM : err;
+  }
+  *base = (uintptr_t)p;
+  return 0;
+}
+
+int qm__range_retire(int strategy, void *p, size_t len, bool *dropped) {
+  *dropped = false;
+  switch (strategy) {
+  case QM_STRATEGY_PROTECT:
+    return qm_os_protect(p, len, QM_PROT_RW, QM_PROT_NONE);
+  case QM_STRATEGY_DISCARD:
+    *dropped = len != 0;
+    return qm_os_replace_none(p, len);
+  case QM_STRATEGY_GUARD:
+    *dropped = len != 0;
+    return qm_os_guard_install(p, len) ? ENOMEM : 0;
+  default:
+    return 0;
+  }
+}
+
+int qm__range_revive(int strategy, void *p, size_t len) {
+  switch (strategy) {
+  case QM_STRATEGY_PROTECT:
+  case QM_STRATEGY_DISCARD:
+    return qm_os_protect(p, len, QM_PROT_NONE, QM_PROT_RW);
+  case QM_STRATEGY_GUARD:
+    return qm_os_guard_remove(p, len) ? ENOMEM : 0;
+  default:
+    return 0;
+  }
+}
+
+int qm__range_drop(int strategy, void *p, size_t len) {
+  switch (strategy) {
+  case QM_STRATEGY_PROTECT:
+  case QM_STRATEGY_NONE:
+    return qm_os_dontneed(p, len);
+  default:
+    return 0; /* discard and guard dropped the pages when they retired */
+  }
+}
+
+unsigned qm__range_vmas(int strategy, bool live) {
+  if (strategy == QM_STRATEGY_GUARD)
+    return 1;
+  /* guard | RW | rest-and-guard while live; one PROT_NONE VMA once retired */
+  return live || strategy == QM_STRATEGY_NONE ? 3 : 1;
+}
