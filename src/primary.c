@@ -200,8 +200,11 @@ void qm__central_give(unsigned c, const uintptr_t *in, unsigned n) {
     b->chunk[b->count++] = in[i];
     cl->nfree++;
   }
-  cl->given_since_purge += (size_t)n * qm__class[c].size;
-  if (cl->given_since_purge >= PURGE_MIN &&
+  /* a scan costs O(free chunks): run one only when a quarter of the list is
+   * new since the last, so its cost per freed chunk stays constant */
+  size_t size = qm__class[c].size;
+  cl->given_since_purge += (size_t)n * size;
+  if (cl->given_since_purge >= PURGE_MIN && cl->given_since_purge >= cl->nfree * size / 4 &&
       now_ns() - cl->last_purge_ns >= qm__opt.release_interval_ms * 1000000u)
     purge_locked(c);
   qm_unlock(&cl->lock);

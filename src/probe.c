@@ -252,6 +252,7 @@ QM_EXPORT int qm_strategy_cost(int strategy, size_t bytes, unsigned touch_pages,
   }
   char *p = (char *)base + pg;
   memset(p, 1, len);
+  memset(ns, 0, ns_len); /* its faults must not count */
   long faults = 0;
   for (unsigned i = 0; i <= iters && !err; i++) {
     long f0 = minflt();
@@ -267,9 +268,10 @@ QM_EXPORT int qm_strategy_cost(int strategy, size_t bytes, unsigned touch_pages,
     if (!err)
       memset(p, (int)i, touch * pg);
     uint64_t t = mono_ns() - t0;
+    long f = minflt() - f0;
     if (i) { /* iteration 0 warms up */
       ns[i - 1] = t;
-      faults += minflt() - f0;
+      faults += f;
     }
   }
   if (!err) {

@@ -803,7 +803,12 @@ void *qm__large_realloc(void *p, size_t size) {
   return q;
 }
 
-/* ---- trim, stats, fork ---- */
+/* ---- trim, flush, stats, fork ---- */
+
+void qm__large_flush(void) {
+  if (atomic_load_explicit(&S.ready, memory_order_acquire))
+    unmap_quarantine();
+}
 
 size_t qm__large_trim(void) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
@@ -888,7 +893,7 @@ bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
     if (a < b->usable) {
       *what = "heap underflow";
       qm_buf_dec(d, b->usable - a);
-      qm_buf_str(d, " bytes before ");
+      qm_buf_str(d, b->usable - a == 1 ? " byte before " : " bytes before ");
     } else if (!live && b->state != B_BUSY) {
       *what = "use-after-free";
       qm_buf_str(d, "offset ");

@@ -26,6 +26,8 @@ void *qm__large_realloc(void *p, size_t size);
 size_t qm__large_size(void *p);
 /* Drops the pages of every quarantined chunk; returns the bytes dropped. */
 size_t qm__large_trim(void);
+/* Unmaps every quarantined chunk (tests start from an empty quarantine). */
+void qm__large_flush(void);
 void qm__large_stats(qm_stats_t *s);
 /* Describes addr if it is in a large chunk's mapping: *what gets the kind of
  * access error ("use-after-free", "heap overflow", ...), details the rest.

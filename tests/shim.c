@@ -1,0 +1,89 @@
+/* shim.c: implements shim.h over qmalloc's internal headers and a few
+ * syscalls the tests use to observe the allocator from outside (faults,
+ * residency, mappings). Compiled as C, linked into every test binary.
+ */
+#include "shim.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "options.h"
+#include "primary.h"
+#include "secondary.h"
+
+void qmt_options_reset(void) { qm__options_reset(); }
+int qmt_options_apply(const char *s) { return qm__options_apply("QMALLOC_OPTIONS", s); }
+void qmt_options_init(void) { qm__options_init(); }
+
+uint64_t qmt_option(const char *name) {
+#define QM_OPT(n, kind, def, min, max, choices, doc)                                               \
+  if (!strcmp(name, #n))                                                                           \
+    return qm__opt.n;
+#include "options.def"
+#undef QM_OPT
+  return UINT64_MAX;
+}
+
+void qmt_quarantine_flush(void) { qm__large_flush(); }
+
+unsigned qmt_nclasses(void) { return QM_NCLASS; }
+unsigned qmt_class_of(size_t n) { return qm_class_of(n); }
+size_t qmt_class_user_size(unsigned c) { return qm__class[c].size - QM_HDR; }
+int qmt_is_small(const void *p) { return (uintptr_t)p - qm__pbase < qm__pspan; }
+
+long qmt_minflt(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_minflt;
+}
+
+size_t qmt_page(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
+size_t qmt_resident(const void *p, size_t len) {
+  size_t pg = qmt_page();
+  uintptr_t a = (uintptr_t)p & ~(pg - 1);
+  size_t n = ((uintptr_t)p + len - a + pg - 1) / pg, res = 0;
+  unsigned char vec[4096];
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < sizeof vec ? n - done : sizeof vec;
+    if (mincore((void *)(a + done * pg), k * pg, vec))
+      return 0;
+    for (size_t i = 0; i < k; i++)
+      res += vec[i] & 1;
+    done += k;
+  }
+  return res * pg;
+}
+
+long qmt_mappings(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f)
+    return -1;
+  long n = 0;
+  int c;
+  while ((c = fgetc(f)) != EOF)
+    n += c == '\n';
+  fclose(f);
+  return n;
+}
+
+void qmt_prot_of(const void *p, char out[5]) {
+  out[0] = 0;
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f)
+    return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char prot[5];
+    if (sscanf(line, "%lx-%lx %4s", &lo, &hi, prot) == 3 && (uintptr_t)p >= lo &&
+        (uintptr_t)p < hi) {
+      memcpy(out, prot, 5);
+      break;
+    }
+  }
+  fclose(f);
+}

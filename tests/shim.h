@@ -1,0 +1,47 @@
+/* shim.h: the thin C shims through which the C++ tests reach qmalloc's
+ * internals (options, classes, the OS-layer counters) without including its
+ * C headers. Everything public is reached through qmalloc.h directly.
+ */
+#ifndef QM_TEST_SHIM_H
+#define QM_TEST_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Options: reset to defaults, apply a string, read one value by name. */
+void qmt_options_reset(void);
+int qmt_options_apply(const char *s);
+uint64_t qmt_option(const char *name);
+/* Re-reads defaults, qmalloc_default_options() and QMALLOC_OPTIONS. */
+void qmt_options_init(void);
+
+/* Small-chunk classes. */
+unsigned qmt_nclasses(void);
+unsigned qmt_class_of(size_t n);
+size_t qmt_class_user_size(unsigned c);
+/* 1 if p lies in the small-chunk heap. */
+int qmt_is_small(const void *p);
+
+/* Unmaps every quarantined large chunk. */
+void qmt_quarantine_flush(void);
+
+/* Minor faults of the calling thread so far (getrusage RUSAGE_THREAD). */
+long qmt_minflt(void);
+/* Resident bytes of [p, p+len) now (mincore). */
+size_t qmt_resident(const void *p, size_t len);
+/* Lines of /proc/self/maps. */
+long qmt_mappings(void);
+/* Protection of the mapping holding p as /proc/self/maps prints it
+ * ("rw-p", "---p"); "" when unmapped. */
+void qmt_prot_of(const void *p, char out[5]);
+size_t qmt_page(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

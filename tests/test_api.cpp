@@ -1,0 +1,193 @@
+// test_api.cpp: the malloc family's contract: calloc overflow, ENOMEM for
+// absurd sizes, alignment rules (EINVAL), realloc's edge cases as glibc has
+// them, usable sizes, sized frees, mallinfo2, trim and stats.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <set>
+
+#include "util.h"
+
+namespace {
+
+TEST(Api, MallocZeroGivesUniqueFreeablePointers) {
+  void *a = qm_malloc(0), *b = qm_malloc(0);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a, b);
+  qm_free(a);
+  qm_free(b);
+  qm_free(nullptr);
+}
+
+TEST(Api, AbsurdSizesAreEnomem) {
+  for (size_t n : {SIZE_MAX, SIZE_MAX / 2, size_t{1} << 47, size_t{1} << 45}) {
+    errno = 0;
+    EXPECT_EQ(qm_malloc(n), nullptr) << n;
+    EXPECT_EQ(errno, ENOMEM) << n;
+  }
+  errno = 0;
+  EXPECT_EQ(qm_calloc(SIZE_MAX / 2, 3), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(qm_calloc(size_t{1} << 33, size_t{1} << 33), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+}
+
+TEST(Api, CallocZeroesReusedMemory) {
+  for (size_t n : {24ul, 1000ul, 100000ul, 300000ul, 3000000ul}) {
+    void *p = qm_malloc(n);
+    std::memset(p, 0xff, n);
+    qm_free(p);
+    unsigned char *q = static_cast<unsigned char *>(qm_calloc(1, n));
+    ASSERT_NE(q, nullptr);
+    EXPECT_TRUE(all_bytes(q, n, 0)) << n;
+    qm_free(q);
+  }
+}
+
+TEST(Api, PosixMemalignRules) {
+  void *p = reinterpret_cast<void *>(0x1);
+  EXPECT_EQ(qm_posix_memalign(&p, 0, 10), EINVAL);
+  EXPECT_EQ(qm_posix_memalign(&p, 3, 10), EINVAL);
+  EXPECT_EQ(qm_posix_memalign(&p, 4, 10), EINVAL); // not a multiple of sizeof(void *)
+  EXPECT_EQ(qm_posix_memalign(&p, 24, 10), EINVAL);
+  EXPECT_EQ(p, reinterpret_cast<void *>(0x1)) << "untouched on failure";
+  errno = 0;
+  EXPECT_EQ(qm_posix_memalign(&p, 64, SIZE_MAX), ENOMEM);
+  EXPECT_EQ(errno, 0) << "posix_memalign reports through its result, not errno";
+  for (size_t a = 8; a <= (size_t{1} << 22); a *= 2) {
+    for (size_t n : {1ul, 4096ul, 200000ul}) {
+      ASSERT_EQ(qm_posix_memalign(&p, a, n), 0) << a << " " << n;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % a, 0u) << a << " " << n;
+      std::memset(p, 3, n);
+      qm_free(p);
+    }
+  }
+}
+
+TEST(Api, AlignedAllocMemalignVallocPvalloc) {
+  errno = 0;
+  EXPECT_EQ(qm_aligned_alloc(3, 16), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  void *p = qm_aligned_alloc(4096, 4096);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 4096, 0u);
+  qm_free(p);
+  p = qm_memalign(48, 10); // glibc rounds the alignment up to a power of two
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+  qm_free(p);
+  errno = 0;
+  EXPECT_EQ(qm_memalign(SIZE_MAX, 10), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  size_t pg = qmt_page();
+  p = qm_valloc(10);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % pg, 0u);
+  qm_free(p);
+  p = qm_pvalloc(1);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % pg, 0u);
+  EXPECT_GE(qm_malloc_usable_size(p), pg);
+  qm_free(p);
+}
+
+TEST(Api, ReallocEdgeCasesAsGlibc) {
+  char *p = static_cast<char *>(qm_realloc(nullptr, 10)); // = malloc
+  ASSERT_NE(p, nullptr);
+  std::memcpy(p, "123456789", 10);
+  p = static_cast<char *>(qm_realloc(p, 5000)); // small -> small, moved
+  EXPECT_STREQ(p, "123456789");
+  p = static_cast<char *>(qm_realloc(p, 4000)); // shrink in place
+  EXPECT_STREQ(p, "123456789");
+  char *q = static_cast<char *>(qm_realloc(p, 1 << 20)); // small -> large
+  EXPECT_STREQ(q, "123456789");
+  p = static_cast<char *>(qm_realloc(q, 100)); // large -> small
+  EXPECT_STREQ(p, "123456789");
+  EXPECT_TRUE(qmt_is_small(p));
+  EXPECT_EQ(qm_realloc(p, 0), nullptr); // glibc: frees and returns NULL
+  errno = 0;
+  p = static_cast<char *>(qm_malloc(64));
+  EXPECT_EQ(qm_realloc(p, SIZE_MAX), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  EXPECT_EQ(qm_reallocarray(p, SIZE_MAX / 2, 4), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  p[63] = 1; // still ours after both failures
+  qm_free(p);
+}
+
+TEST(Api, UsableSizeIsNeverLessThanRequested) {
+  EXPECT_EQ(qm_malloc_usable_size(nullptr), 0u);
+  for (size_t n = 1; n < (size_t{8} << 20); n = n * 3 / 2 + 1) {
+    void *p = qm_malloc(n);
+    size_t u = qm_malloc_usable_size(p);
+    EXPECT_GE(u, n);
+    std::memset(p, 1, u); // the whole usable size is writable
+    qm_free(p);
+  }
+}
+
+TEST(Api, FreeSizedAcceptsTheRightSize) {
+  for (size_t n : {10ul, 1000ul, 300000ul}) {
+    void *p = qm_malloc(n);
+    qm_free_sized(p, n);
+    p = qm_aligned_alloc(256, n);
+    qm_free_aligned_sized(p, 256, n);
+  }
+}
+
+TEST(ApiDeathTest, FreeSizedWithTheWrongSizeIsReported) {
+  void *p = qm_malloc(100);
+  EXPECT_DEATH(qm_free_sized(p, 4096), "^" QM_ERR "size mismatch in free_sized of " HEX
+                                       " \\(passed 4096 bytes, small chunk holds 100\\)\n$");
+  void *q = qm_malloc(200000);
+  EXPECT_DEATH(qm_free_sized(q, 100000), "^" QM_ERR "size mismatch in free_sized of " HEX
+                                         " \\(passed 100000 bytes, large chunk holds 200000\\)\n$");
+}
+
+TEST(Api, ErrnoIsKeptOnSuccess) {
+  errno = 1234;
+  void *p = qm_malloc(1 << 20);
+  void *q = qm_malloc(10);
+  qm_free(p);
+  qm_free(q);
+  EXPECT_EQ(errno, 1234);
+}
+
+TEST(Api, MallinfoTrimAndStats) {
+  void *big = qm_malloc(3 << 20);
+  void *small = qm_malloc(100);
+  struct mallinfo2 m = qm_mallinfo2();
+  EXPECT_GE(m.hblks, 1u);
+  EXPECT_GE(m.hblkhd, size_t{3} << 20);
+  EXPECT_GE(m.uordblks, (size_t{3} << 20) + 100);
+  qm_free(big);
+  qm_free(small);
+  EXPECT_GE(qm_malloc_trim(0), 0);
+  testing::internal::CaptureStderr();
+  qm_malloc_stats();
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_NE(out.find("qmalloc: strategy "), std::string::npos) << out;
+  EXPECT_NE(out.find("qmalloc: quarantine chunks"), std::string::npos) << out;
+  qm_stats_t s;
+  qm_stats(&s);
+  EXPECT_GT(s.sys_mmap, 0u);
+  EXPECT_GE(s.large_frees, 1u);
+}
+
+TEST(Api, DescribeNamesWhatAnAddressIs) {
+  char buf[256];
+  char *p = static_cast<char *>(qm_malloc(1 << 20));
+  qm_free(p);
+  EXPECT_EQ(qm_describe(p + 100, buf, sizeof buf), 1);
+  EXPECT_EQ(std::string(buf).rfind("use-after-free: offset 100 in freed large chunk of 1048576 "
+                                   "bytes at 0x",
+                                   0),
+            0u)
+      << buf;
+  static int not_heap;
+  EXPECT_EQ(qm_describe(&not_heap, buf, sizeof buf), 0);
+  EXPECT_STREQ(buf, "not in memory qmalloc manages");
+}
+
+} // namespace

@@ -1,0 +1,166 @@
+// test_options.cpp: QMALLOC_OPTIONS parsing: values applied, defaults kept on
+// bad input, and the exact one-line warnings for unknown names, malformed and
+// out-of-range values. Every test restores the options the process started
+// with.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "util.h"
+
+using testing::internal::CaptureStderr;
+using testing::internal::GetCapturedStderr;
+
+namespace {
+
+class Options : public testing::Test {
+protected:
+  void SetUp() override { qmt_options_reset(); }
+  void TearDown() override { qmt_options_init(); }
+  // Applies s and returns what was printed on stderr.
+  std::string apply(const char *s, int *warnings = nullptr) {
+    CaptureStderr();
+    int w = qmt_options_apply(s);
+    if (warnings)
+      *warnings = w;
+    return GetCapturedStderr();
+  }
+};
+
+TEST_F(Options, DefaultsAreTheTable) {
+  EXPECT_EQ(qmt_option("quarantine_mb"), 64u);
+  EXPECT_EQ(qmt_option("large_threshold_kb"), 128u);
+  EXPECT_EQ(qmt_option("strategy"), 0u); // auto
+  EXPECT_EQ(qmt_option("probe"), 0u);    // auto
+  EXPECT_EQ(qmt_option("fault_report"), 1u);
+  EXPECT_EQ(qmt_option("no_such_option"), UINT64_MAX);
+}
+
+TEST_F(Options, ValidStringApplies) {
+  int w = -1;
+  EXPECT_EQ(apply("quarantine_mb=32:verbose=1:strategy=discard:probe=slow", &w), "");
+  EXPECT_EQ(w, 0);
+  EXPECT_EQ(qmt_option("quarantine_mb"), 32u);
+  EXPECT_EQ(qmt_option("verbose"), 1u);
+  EXPECT_EQ(qmt_option("strategy"), 2u);
+  EXPECT_EQ(qmt_option("probe"), 2u);
+}
+
+TEST_F(Options, BooleansTakeWords) {
+  apply("verbose=yes:fault_report=false");
+  EXPECT_EQ(qmt_option("verbose"), 1u);
+  EXPECT_EQ(qmt_option("fault_report"), 0u);
+  apply("verbose=no:fault_report=true");
+  EXPECT_EQ(qmt_option("verbose"), 0u);
+  EXPECT_EQ(qmt_option("fault_report"), 1u);
+}
+
+TEST_F(Options, UnknownNameWarnsAndTheRestApplies) {
+  int w = 0;
+  std::string err = apply("bogus=1:quarantine_mb=16", &w);
+  EXPECT_EQ(err, "qmalloc: WARNING: QMALLOC_OPTIONS: unknown option 'bogus' ignored\n");
+  EXPECT_EQ(w, 1);
+  EXPECT_EQ(qmt_option("quarantine_mb"), 16u);
+}
+
+TEST_F(Options, OutOfRangeNamesTheRangeAndKeepsTheValue) {
+  std::string err = apply("quarantine_mb=99999999");
+  EXPECT_EQ(err, "qmalloc: WARNING: QMALLOC_OPTIONS: option 'quarantine_mb' takes an integer in "
+                 "[0, 1048576], not '99999999'; keeping 64\n");
+  EXPECT_EQ(qmt_option("quarantine_mb"), 64u);
+  err = apply("large_threshold_kb=2");
+  EXPECT_EQ(err, "qmalloc: WARNING: QMALLOC_OPTIONS: option 'large_threshold_kb' takes an "
+                 "integer in [4, 128], not '2'; keeping 128\n");
+}
+
+TEST_F(Options, MalformedValues) {
+  EXPECT_EQ(apply("quarantine_mb=abc"),
+            "qmalloc: WARNING: QMALLOC_OPTIONS: option 'quarantine_mb' takes an integer in "
+            "[0, 1048576], not 'abc'; keeping 64\n");
+  EXPECT_EQ(apply("quarantine_mb="),
+            "qmalloc: WARNING: QMALLOC_OPTIONS: option 'quarantine_mb' takes an integer in "
+            "[0, 1048576], not ''; keeping 64\n");
+  EXPECT_EQ(apply("quarantine_mb=-1"),
+            "qmalloc: WARNING: QMALLOC_OPTIONS: option 'quarantine_mb' takes an integer in "
+            "[0, 1048576], not '-1'; keeping 64\n");
+  EXPECT_EQ(apply("quarantine_mb=123456789012345678901234"),
+            "qmalloc: WARNING: QMALLOC_OPTIONS: option 'quarantine_mb' takes an integer in "
+            "[0, 1048576], not '123456789012345678901234'; keeping 64\n");
+  EXPECT_EQ(apply("strategy=fast"),
+            "qmalloc: WARNING: QMALLOC_OPTIONS: option 'strategy' takes one of "
+            "auto|protect|discard|guard|unmap|none, not 'fast'; keeping auto\n");
+  EXPECT_EQ(apply("verbose=2"), "qmalloc: WARNING: QMALLOC_OPTIONS: option 'verbose' takes 0 or "
+                                "1, not '2'; keeping 0\n");
+  EXPECT_EQ(apply("noequals"),
+            "qmalloc: WARNING: QMALLOC_OPTIONS: 'noequals' is not name=value; ignored\n");
+  EXPECT_EQ(apply("=5"), "qmalloc: WARNING: QMALLOC_OPTIONS: unknown option '' ignored\n");
+  EXPECT_EQ(qmt_option("quarantine_mb"), 64u);
+  EXPECT_EQ(qmt_option("strategy"), 0u);
+}
+
+TEST_F(Options, EmptyEntriesAreNothing) {
+  int w = -1;
+  EXPECT_EQ(apply("", &w), "");
+  EXPECT_EQ(apply(":::", &w), "");
+  EXPECT_EQ(apply(":quarantine_mb=3:", &w), "");
+  EXPECT_EQ(w, 0);
+  EXPECT_EQ(qmt_option("quarantine_mb"), 3u);
+}
+
+TEST_F(Options, LongGarbageIsCutInTheMessage) {
+  std::string s = "quarantine_mb=" + std::string(5000, 'x');
+  std::string err = apply(s.c_str());
+  EXPECT_NE(err.find("not '" + std::string(80, 'x') + "...'; keeping 64"), std::string::npos)
+      << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1);
+}
+
+// Whatever the string, every value stays inside its documented range.
+TEST_F(Options, RandomStringsNeverLeaveTheRanges) {
+  std::mt19937 rng(12345);
+  const char *names[] = {"quarantine_mb", "strategy",           "probe",
+                         "verbose",       "large_threshold_kb", "max_mappings"};
+  const char alphabet[] = "=:0123456789abcdefx_-";
+  for (int round = 0; round < 2000; round++) {
+    std::string s;
+    int parts = rng() % 4;
+    for (int i = 0; i < parts; i++) {
+      s += names[rng() % 6];
+      int n = rng() % 8;
+      for (int k = 0; k < n; k++)
+        s += alphabet[rng() % (sizeof alphabet - 1)];
+      s += ':';
+    }
+    apply(s.c_str());
+    ASSERT_LE(qmt_option("quarantine_mb"), 1048576u) << s;
+    ASSERT_LE(qmt_option("strategy"), 5u) << s;
+    ASSERT_LE(qmt_option("probe"), 2u) << s;
+    ASSERT_LE(qmt_option("verbose"), 1u) << s;
+    ASSERT_GE(qmt_option("large_threshold_kb"), 4u) << s;
+    ASSERT_LE(qmt_option("large_threshold_kb"), 128u) << s;
+  }
+}
+
+// Run with QMALLOC_OPTIONS="quarantine_mb=7:nonsense=1:probe=maybe" (meson test
+// "unit-env-options"): what the library read at start-up, and again now.
+TEST(EnvOptions, ReadFromTheEnvironmentAtStartup) {
+  EXPECT_EQ(qmt_option("quarantine_mb"), 7u);
+  EXPECT_EQ(qmt_option("probe"), 0u);
+  CaptureStderr();
+  qmt_options_init();
+  std::string err = GetCapturedStderr();
+  EXPECT_NE(err.find("qmalloc: WARNING: QMALLOC_OPTIONS: unknown option 'nonsense' ignored\n"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("option 'probe' takes one of auto|fast|slow, not 'maybe'; keeping auto\n"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(qmt_option("quarantine_mb"), 7u);
+  // the allocator still works with the rest applied
+  void *p = qm_malloc(1 << 20);
+  ASSERT_NE(p, nullptr);
+  qm_free(p);
+}
+
+} // namespace

@@ -1,0 +1,203 @@
+// test_primary.cpp: small chunks: the class table, headers and their reports
+// (double free, interior pointer, corrupted header), cross-thread frees,
+// thread exit handing caches back, and free pages going back to the kernel.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "util.h"
+
+namespace {
+
+TEST(Classes, EveryRequestGetsTheSmallestClassThatHoldsIt) {
+  unsigned n = qmt_nclasses();
+  for (size_t req = 0; req <= 131072; req++) {
+    unsigned c = qmt_class_of(req);
+    ASSERT_LT(c, n) << req;
+    ASSERT_GE(qmt_class_user_size(c), req) << req;
+    if (c) {
+      ASSERT_LT(qmt_class_user_size(c - 1), req) << req;
+    }
+    // bounded internal waste: at most a quarter plus the 16-byte granule
+    ASSERT_LE(qmt_class_user_size(c), req + req / 4 + 16) << req;
+  }
+  EXPECT_EQ(qmt_class_user_size(n - 1), 131072u);
+}
+
+TEST(Primary, EverySmallSizeIsAlignedUsableAndDistinct) {
+  std::vector<void *> live;
+  std::set<uintptr_t> seen;
+  for (size_t n = 0; n < 131072; n += (n < 4096 ? 1 : 97)) {
+    void *p = qm_malloc(n);
+    ASSERT_NE(p, nullptr) << n;
+    ASSERT_TRUE(qmt_is_small(p)) << n;
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(p) % 16, 0u) << n;
+    ASSERT_GE(qm_malloc_usable_size(p), n);
+    ASSERT_TRUE(seen.insert(reinterpret_cast<uintptr_t>(p)).second) << n;
+    std::memset(p, 0x5a, n);
+    live.push_back(p);
+  }
+  for (void *p : live)
+    qm_free(p);
+}
+
+TEST(Primary, FreedChunksAreReusedLifo) {
+  void *p = qm_malloc(40);
+  qm_free(p);
+  void *q = qm_malloc(40);
+  EXPECT_EQ(p, q);
+  qm_free(q);
+}
+
+TEST(PrimaryDeathTest, DoubleFreeIsReported) {
+  void *p = qm_malloc(48);
+  qm_free(p);
+  EXPECT_DEATH(qm_free(p), "^" QM_ERR "double free of " HEX " \\(small chunk, 48 bytes\\)\n$");
+}
+
+TEST(PrimaryDeathTest, InteriorPointerIsAnInvalidFree) {
+  char *p = static_cast<char *>(qm_malloc(100));
+  EXPECT_DEATH(qm_free(p + 8), "^" QM_ERR "invalid free of " HEX
+                               " \\(offset 8 in small chunk of class 112 bytes at " HEX "\\)\n$");
+  qm_free(p);
+}
+
+TEST(PrimaryDeathTest, CorruptedHeaderIsReported) {
+  uint64_t *p = static_cast<uint64_t *>(qm_malloc(64));
+  p[-2] ^= 0x123456789aull << 20; // what an underflow, or a neighbour's overflow, leaves
+  EXPECT_DEATH(qm_free(p), "^" QM_ERR "corrupted chunk header of " HEX
+                           " \\(small chunk of class 64 bytes at " HEX ", header " HEX "\\)\n$");
+}
+
+TEST(PrimaryDeathTest, NeighbourOverflowIsCaughtAtFree) {
+  // two chunks of a fresh class sit next to each other; writing past the
+  // first one's end lands on the second one's header
+  char *a = static_cast<char *>(qm_malloc(3000));
+  char *b = static_cast<char *>(qm_malloc(3000));
+  char *lo = a < b ? a : b, *hi = a < b ? b : a;
+  size_t usable = qm_malloc_usable_size(lo);
+  ASSERT_EQ(hi - lo, static_cast<ptrdiff_t>(usable + 16)) << "classes carve chunks contiguously";
+  std::memset(lo, 'A', usable + 8);
+  EXPECT_DEATH(qm_free(hi), "^" QM_ERR "corrupted chunk header of " HEX);
+}
+
+TEST(PrimaryDeathTest, NeverAllocatedChunkIsAnInvalidFree) {
+  char *p = static_cast<char *>(qm_malloc(32));
+  // the chunk after the ones carved so far: in the heap, but never handed out
+  char *q = p + 48 * 1000;
+  EXPECT_DEATH(qm_free(q), "^" QM_ERR "invalid free of " HEX " \\(");
+  qm_free(p);
+}
+
+TEST(PrimaryDeathTest, ForeignPointerIsAnInvalidFree) {
+  static char not_heap[64];
+  EXPECT_DEATH(qm_free(not_heap + 16),
+               "^" QM_ERR "invalid free of " HEX " \\(not allocated by qmalloc\\)\n$");
+}
+
+TEST(Primary, AlignedSmallChunks) {
+  for (size_t align = 32; align <= 4096; align *= 2) {
+    for (size_t n : {1ul, 100ul, 1000ul, 5000ul}) {
+      void *p = qm_memalign(align, n);
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % align, 0u) << align << " " << n;
+      EXPECT_GE(qm_malloc_usable_size(p), n);
+      std::memset(p, 1, n);
+      qm_free(p);
+    }
+  }
+}
+
+TEST(Primary, FreesFromOtherThreadsAreCorrect) {
+  constexpr int N = 100000;
+  std::vector<void *> ptrs(N);
+  std::thread producer([&] {
+    for (int i = 0; i < N; i++) {
+      ptrs[i] = qm_malloc(16 + i % 500);
+      std::memset(ptrs[i], i & 0xff, 16);
+    }
+  });
+  producer.join();
+  std::thread consumer([&] {
+    for (int i = 0; i < N; i++) {
+      ASSERT_EQ(static_cast<unsigned char *>(ptrs[i])[15], i & 0xff);
+      qm_free(ptrs[i]);
+    }
+  });
+  consumer.join();
+  // the chunks went back through the other thread's cache: allocate them again
+  std::vector<void *> again;
+  for (int i = 0; i < N; i++)
+    again.push_back(qm_malloc(16 + i % 500));
+  for (void *p : again)
+    qm_free(p);
+}
+
+TEST(Primary, ThreadExitHandsItsCacheBack) {
+  if (!qmt_option("thread_cache"))
+    GTEST_SKIP() << "thread_cache=0: no caches to hand back";
+  qm_stats_t before, during, after;
+  qm_stats(&before);
+  std::atomic<bool> go{false};
+  std::thread t([&] {
+    std::vector<void *> v;
+    for (int i = 0; i < 5000; i++)
+      v.push_back(qm_malloc(64));
+    for (void *p : v)
+      qm_free(p);
+    qm_stats(&during);
+    go = true;
+  });
+  t.join();
+  qm_stats(&after);
+  EXPECT_EQ(during.threads, before.threads + 1);
+  EXPECT_EQ(after.threads, before.threads);
+  // nothing leaked: what the thread allocated is free again
+  EXPECT_LE(after.small_in_use, before.small_in_use + 4096);
+}
+
+TEST(Primary, TrimGivesFreePagesBack) {
+  constexpr size_t N = 64 * 1024; // 64 Ki chunks of 1 KiB: 64 MiB
+  std::vector<void *> v(N);
+  for (size_t i = 0; i < N; i++) {
+    v[i] = qm_malloc(1000);
+    std::memset(v[i], 7, 1000);
+  }
+  size_t full = rss_bytes();
+  for (void *p : v)
+    qm_free(p);
+  EXPECT_EQ(qm_malloc_trim(0), 1);
+  size_t trimmed = rss_bytes();
+  EXPECT_LT(trimmed + (48u << 20), full) << full << " -> " << trimmed;
+  qm_stats_t s;
+  qm_stats(&s);
+  EXPECT_GE(s.small_purged, 48u << 20);
+  // the pages come back (zeroed) when used again
+  for (size_t i = 0; i < N; i++)
+    v[i] = qm_malloc(1000);
+  for (void *p : v)
+    qm_free(p);
+}
+
+// Run with release_interval_ms=0 (meson test "unit-purge"): free pages go
+// back as the frees happen, with no malloc_trim.
+TEST(PurgeEnv, FreePagesGoBackWithoutTrim) {
+  ASSERT_EQ(qmt_option("release_interval_ms"), 0u);
+  constexpr size_t N = 32 * 1024;
+  std::vector<void *> v(N);
+  for (size_t i = 0; i < N; i++) {
+    v[i] = qm_malloc(2000);
+    std::memset(v[i], 7, 2000);
+  }
+  size_t full = rss_bytes();
+  for (void *p : v)
+    qm_free(p);
+  size_t after = rss_bytes();
+  EXPECT_LT(after + (40u << 20), full) << full << " -> " << after;
+}
+
+} // namespace

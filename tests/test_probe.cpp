@@ -1,0 +1,91 @@
+// test_probe.cpp: the kernel verdict against an independent fault count
+// taken here, and the strategy that follows from it (or from probe=slow).
+#include <gtest/gtest.h>
+
+#include <sys/mman.h>
+
+#include "util.h"
+
+namespace {
+
+// The experiment done by hand: write pages, mprotect NONE then RW, rewrite,
+// count the faults of the rewrite.
+long faults_rewriting_after_mprotect(size_t pages) {
+  size_t len = pages * qmt_page();
+  char *p = static_cast<char *>(
+      mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (p == MAP_FAILED)
+    return -1;
+  madvise(p, len, MADV_NOHUGEPAGE);
+  for (size_t i = 0; i < pages; i++)
+    poke(p, i * qmt_page());
+  mprotect(p, len, PROT_NONE);
+  mprotect(p, len, PROT_READ | PROT_WRITE);
+  long f0 = qmt_minflt();
+  for (size_t i = 0; i < pages; i++)
+    poke(p, i * qmt_page(), 2);
+  long f = qmt_minflt() - f0;
+  munmap(p, len);
+  return f;
+}
+
+TEST(Probe, VerdictMatchesAnIndependentFaultCount) {
+  const qm_probe_result_t *r = qm_probe_result();
+  ASSERT_EQ(r->measured, 1);
+  long mine = faults_rewriting_after_mprotect(64);
+  ASSERT_GE(mine, 0);
+  EXPECT_EQ(r->fast_dirty, mine == 0) << "probe says " << r->faults_dirty << ", here " << mine;
+  // one fault per first write (more under ASan, whose shadow pages fault too)
+  EXPECT_GE(r->faults_first, static_cast<long>(r->pages));
+  EXPECT_EQ(r->fast_dirty, r->faults_dirty == 0);
+  if (r->fast_dirty) {
+    EXPECT_EQ(r->strategy, QM_STRATEGY_PROTECT) << r->reason;
+  } else {
+    EXPECT_TRUE(r->strategy == QM_STRATEGY_DISCARD || r->strategy == QM_STRATEGY_GUARD);
+  }
+  EXPECT_GT(r->probe_ns, 0u);
+  EXPECT_NE(r->kernel[0], 0);
+}
+
+TEST(Probe, FullRunAddsThpAndAgreesWithTheCachedVerdict) {
+  qm_probe_result_t full;
+  ASSERT_EQ(qm_probe_run(&full, 1), 0);
+  const qm_probe_result_t *r = qm_probe_result();
+  EXPECT_EQ(full.fast_dirty, r->fast_dirty);
+  EXPECT_EQ(full.guard_regions, r->guard_regions);
+  // 6.2 made clean pages and PMD-mapped THP writable too: never without 6.0
+  if (full.fast_clean == 1) {
+    EXPECT_EQ(full.fast_dirty, 1);
+  }
+  if (full.fast_thp != -1) {
+    EXPECT_EQ(full.fast_thp, full.faults_thp == 0);
+  }
+}
+
+TEST(Probe, StrategyCostCountsFaultsExactly) {
+  uint64_t faults = 0, ns = 0;
+  // discard drops the pages: every rewrite of the 32 pages faults
+  ASSERT_EQ(qm_strategy_cost(QM_STRATEGY_DISCARD, 128 << 10, 32, 20, &faults, &ns), 0);
+  EXPECT_EQ(faults, 32000u) << "32 faults per iteration, x1000";
+  ASSERT_EQ(qm_strategy_cost(QM_STRATEGY_PROTECT, 128 << 10, 32, 20, &faults, &ns), 0);
+  EXPECT_EQ(faults, qm_probe_result()->fast_dirty ? 0u : 32000u);
+  EXPECT_GT(ns, 0u);
+  EXPECT_EQ(qm_strategy_cost(99, 4096, 1, 1, &faults, &ns), EINVAL);
+}
+
+// QMALLOC_OPTIONS=probe=slow: the verdict is forced, and the quarantine
+// drops pages instead of keeping them.
+TEST(ForcedSlow, SwitchesTheStrategy) {
+  const qm_probe_result_t *r = qm_probe_result();
+  EXPECT_EQ(r->measured, 0);
+  EXPECT_EQ(r->fast_dirty, 0);
+  EXPECT_TRUE(r->strategy == QM_STRATEGY_DISCARD || r->strategy == QM_STRATEGY_GUARD)
+      << qm_strategy_name(r->strategy);
+  EXPECT_EQ(r->strategy, r->guard_regions ? QM_STRATEGY_GUARD : QM_STRATEGY_DISCARD);
+  char *p = static_cast<char *>(qm_malloc(1 << 20));
+  std::memset(p, 1, 1 << 20);
+  qm_free(p);
+  EXPECT_EQ(qmt_resident(p, 1 << 20), 0u) << "quarantine holds no pages";
+}
+
+} // namespace

@@ -1,0 +1,448 @@
+// test_secondary.cpp: large chunks: use-after-free and overflow faults with
+// their reports, double and invalid frees, zero-fault reuse on fast-path
+// kernels, aging, the quarantine's budgets, realloc in place and by mremap,
+// and graceful ENOMEM. Suites named after a strategy or option run in their
+// own process with QMALLOC_OPTIONS set (see tests/meson.build).
+#include <gtest/gtest.h>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "util.h"
+
+namespace {
+
+constexpr size_t KiB = 1024, MiB = 1024 * 1024;
+
+// Options changed by a test, restored after it.
+// Each starts with an empty quarantine, so that "the chunk freed here is the
+// one reused" does not depend on what earlier tests left behind.
+class Large : public testing::Test {
+protected:
+  void SetUp() override { qmt_quarantine_flush(); }
+  void TearDown() override { qmt_options_init(); }
+  static void set(const char *opts) { ASSERT_EQ(qmt_options_apply(opts), 0) << opts; }
+  static qm_stats_t stats() {
+    qm_stats_t s;
+    qm_stats(&s);
+    return s;
+  }
+};
+
+std::string uaf_regex(const char *rw, size_t off, size_t size) {
+  return "^" QM_ERR "use-after-free \\(" + std::string(rw) + "\\) at " HEX " \\(offset " +
+         std::to_string(off) + " in freed large chunk of " + std::to_string(size) +
+         " bytes at " HEX "\\)\n$";
+}
+
+// Frees p, runs `cycles` further alloc/free cycles of the same size, then
+// touches p: must die of SIGSEGV with the report.
+void use_after_free(size_t size, int cycles, bool write) {
+  char *p = static_cast<char *>(qm_malloc(size));
+  std::memset(p, 0x11, size);
+  qm_free(p);
+  for (int i = 0; i < cycles; i++) {
+    void *q = qm_malloc(size);
+    std::memset(q, 0x22, size);
+    qm_free(q);
+  }
+  if (write)
+    poke(p, 16);
+  else
+    (void)peek(p, 16);
+}
+
+class UseAfterFree : public testing::TestWithParam<std::tuple<size_t, int, bool>> {};
+
+TEST_P(UseAfterFree, Faults) {
+  auto [size, cycles, write] = GetParam();
+  EXPECT_EXIT(use_after_free(size, cycles, write), testing::KilledBySignal(SIGSEGV),
+              uaf_regex(write ? "write" : "read", 16, size));
+}
+
+INSTANTIATE_TEST_SUITE_P(LargeDeathTest, UseAfterFree,
+                         testing::Combine(testing::Values(128 * KiB, 1 * MiB, 64 * MiB),
+                                          testing::Values(0, 16), testing::Bool()));
+
+TEST_F(Large, QuarantinedChunkIsNotReusedWhileItAges) {
+  set("quarantine_min_frees=8:quarantine_min_mb=0");
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  qm_free(p);
+  for (int i = 0; i < 7; i++) { // seven later frees: still too young
+    void *q = qm_malloc(MiB);
+    EXPECT_NE(q, p) << "reused after " << i << " frees";
+    qm_free(q);
+  }
+  void *q = qm_malloc(MiB); // its free is the eighth: p is old enough now
+  EXPECT_NE(q, p);
+  qm_free(q);
+  void *r = qm_malloc(MiB);
+  EXPECT_EQ(r, p) << "the only aged chunk";
+  qm_free(r);
+}
+
+TEST_F(Large, QuarantineHoldsThePointerInaccessibleAndReusesIt) {
+  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  char prot[5];
+  qmt_prot_of(p, prot);
+  EXPECT_STREQ(prot, "rw-p");
+  qmt_prot_of(p - 1, prot);
+  EXPECT_STREQ(prot, "---p") << "leading guard page";
+  qmt_prot_of(p + MiB, prot);
+  EXPECT_STREQ(prot, "---p") << "trailing guard page";
+  qm_free(p);
+  qmt_prot_of(p, prot);
+  if (qm_stats_t s = stats(); s.strategy != QM_STRATEGY_GUARD) {
+    EXPECT_STREQ(prot, "---p") << "quarantined";
+  }
+  void *q = qm_malloc(MiB);
+  EXPECT_EQ(q, p) << "aged (no minimum here) and the same size: reused";
+  qm_free(q);
+}
+
+// The point of the protect strategy: free + reuse of a written 1 MiB chunk
+// and rewriting all of it take no page fault at all.
+TEST_F(Large, ReuseTakesNoFaultsOnFastPathKernels) {
+  const qm_probe_result_t *r = qm_probe_result();
+  if (r->strategy != QM_STRATEGY_PROTECT || !r->fast_dirty)
+    GTEST_SKIP() << "strategy " << qm_strategy_name(r->strategy) << ": " << r->reason;
+  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  std::memset(p, 1, MiB);
+  qm_stats_t before = stats();
+  long f0 = qmt_minflt();
+  qm_free(p);
+  char *q = static_cast<char *>(qm_malloc(MiB));
+  std::memset(q, 2, MiB);
+  long faults = qmt_minflt() - f0;
+  qm_stats_t after = stats();
+  ASSERT_EQ(q, p);
+  EXPECT_EQ(faults, 0);
+  EXPECT_EQ(after.faults_avoided - before.faults_avoided, MiB / qmt_page());
+  EXPECT_EQ(after.reuses, before.reuses + 1);
+  EXPECT_EQ(after.sys_mprotect - before.sys_mprotect, 2u) << "one to retire, one to revive";
+  qm_free(q);
+}
+
+TEST_F(Large, CallocOfAFreshChunkTouchesNothing) {
+  long f0 = qmt_minflt();
+  char *p = static_cast<char *>(qm_calloc(1, 4 * MiB));
+  long faults = qmt_minflt() - f0;
+  EXPECT_LE(faults, 2) << "fresh pages are zero: no memset";
+  EXPECT_TRUE(all_bytes(p, 4 * MiB, 0));
+  qm_free(p);
+}
+
+TEST_F(Large, CallocOfAReusedChunkIsZeroed) {
+  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  char *p = static_cast<char *>(qm_malloc(2 * MiB));
+  std::memset(p, 0xee, 2 * MiB);
+  qm_free(p);
+  char *q = static_cast<char *>(qm_calloc(2, MiB));
+  EXPECT_EQ(q, p);
+  EXPECT_TRUE(all_bytes(q, 2 * MiB, 0));
+  qm_free(q);
+}
+
+TEST(LargeDeathTest, WriteOneBytePastAPageMultipleFaults) {
+  char *p = static_cast<char *>(qm_malloc(128 * KiB));
+  EXPECT_EXIT(poke(p, 128 * KiB), testing::KilledBySignal(SIGSEGV),
+              "^" QM_ERR "heap overflow \\(write\\) at " HEX
+              " \\(1 byte past the end of large chunk of 131072 bytes at " HEX "\\)\n$");
+}
+
+TEST(LargeDeathTest, WriteJustBeforeTheStartFaults) {
+  char *p = static_cast<char *>(qm_malloc(256 * KiB));
+  EXPECT_EXIT(poke(p - 1), testing::KilledBySignal(SIGSEGV),
+              "^" QM_ERR "heap underflow \\(write\\) at " HEX
+              " \\(1 byte before large chunk of 262144 bytes at " HEX "\\)\n$");
+}
+
+TEST(LargeDeathTest, DoubleFreeIsReported) {
+  void *p = qm_malloc(128 * KiB);
+  qm_free(p);
+  EXPECT_DEATH(qm_free(p), "^" QM_ERR "double free of " HEX " \\(large chunk, 131072 bytes\\)\n$");
+}
+
+TEST(LargeDeathTest, InteriorPointerIsAnInvalidFree) {
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  EXPECT_DEATH(qm_free(p + 4096),
+               "^" QM_ERR "invalid free of " HEX
+               " \\(offset 4096 in large chunk of 1048576 bytes at " HEX "\\)\n$");
+  qm_free(p);
+}
+
+TEST(LargeDeathTest, UnknownPointerIsAnInvalidFree) {
+  void *p = qm_malloc(MiB); // the secondary is running
+  qm_free(p);
+  int local;
+  EXPECT_DEATH(qm_free(&local),
+               "^" QM_ERR "invalid free of " HEX " \\(not allocated by qmalloc\\)\n$");
+}
+
+TEST_F(Large, QuarantineKeepsToItsResidentBudget) {
+  set("quarantine_mb=4:quarantine_min_frees=1000:quarantine_min_mb=0");
+  qm_stats_t before = stats();
+  std::vector<char *> v;
+  for (int i = 0; i < 10; i++) {
+    v.push_back(static_cast<char *>(qm_malloc(MiB)));
+    std::memset(v.back(), 1, MiB);
+  }
+  for (char *p : v)
+    qm_free(p);
+  qm_stats_t s = stats();
+  EXPECT_LE(s.quarantine_resident_bytes, 4 * MiB);
+  EXPECT_GE(s.quarantine_chunks, before.quarantine_chunks + 10) << "dropped, still quarantined";
+  EXPECT_GE(s.drops, before.drops + 6);
+  size_t resident = 0;
+  for (char *p : v)
+    resident += qmt_resident(p, MiB);
+  EXPECT_LE(resident, 4 * MiB);
+}
+
+TEST_F(Large, QuarantineKeepsToItsChunkCap) {
+  set("quarantine_max_chunks=4:quarantine_min_frees=1000:quarantine_min_mb=0");
+  qm_stats_t before = stats();
+  std::vector<void *> v;
+  for (int i = 0; i < 10; i++)
+    v.push_back(qm_malloc(256 * KiB));
+  for (void *p : v)
+    qm_free(p);
+  qm_stats_t s = stats();
+  EXPECT_LE(s.quarantine_chunks, 4u);
+  EXPECT_GE(s.unmaps, before.unmaps + 6);
+}
+
+TEST_F(Large, VeryLargeChunksAreNeverReused) {
+  set("unmap_threshold_mb=2:quarantine_min_frees=0:quarantine_min_mb=0");
+  std::set<void *> seen;
+  for (int i = 0; i < 8; i++) {
+    char *p = static_cast<char *>(qm_malloc(4 * MiB));
+    std::memset(p, 1, 4 * MiB);
+    EXPECT_TRUE(seen.insert(p).second) << "reused a very large chunk";
+    qm_free(p);
+    EXPECT_EQ(qmt_resident(p, 4 * MiB), 0u) << "its pages were dropped";
+  }
+}
+
+TEST_F(Large, ReallocGrowsAndShrinksInPlace) {
+  char *p = static_cast<char *>(qm_malloc(132 * KiB)); // 33 pages: room for 40
+  std::memset(p, 'x', 132 * KiB);
+  qm_stats_t before = stats();
+  char *q = static_cast<char *>(qm_realloc(p, 150 * KiB));
+  EXPECT_EQ(q, p);
+  EXPECT_TRUE(all_bytes(q, 132 * KiB, 'x'));
+  std::memset(q, 'y', 150 * KiB);
+  q = static_cast<char *>(qm_realloc(q, 129 * KiB));
+  EXPECT_EQ(q, p);
+  EXPECT_TRUE(all_bytes(q, 129 * KiB, 'y'));
+  EXPECT_GE(stats().realloc_in_place, before.realloc_in_place + 2);
+  char prot[5];
+  qmt_prot_of(q + 140 * KiB, prot);
+  EXPECT_STREQ(prot, "---p") << "the shrunk tail is inaccessible again";
+  qm_free(q);
+}
+
+TEST_F(Large, ReallocMovesPagesNotBytes) {
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  for (size_t i = 0; i < MiB; i += 512)
+    p[i] = static_cast<char>(i / 512);
+  qm_stats_t before = stats();
+  long f0 = qmt_minflt();
+  char *q = static_cast<char *>(qm_realloc(p, 8 * MiB));
+  long sum = 0;
+  for (size_t i = 0; i < MiB; i += 512)
+    sum += q[i] == static_cast<char>(i / 512);
+  long faults = qmt_minflt() - f0;
+  ASSERT_NE(q, p);
+  EXPECT_EQ(sum, static_cast<long>(MiB / 512)) << "content kept";
+  EXPECT_EQ(stats().realloc_moved, before.realloc_moved + 1);
+  EXPECT_LE(faults, 4) << "the old pages were moved by mremap, not copied";
+  std::memset(q, 0, 8 * MiB);
+  EXPECT_EXIT(poke(p, 100), testing::KilledBySignal(SIGSEGV), uaf_regex("write", 100, MiB));
+  qm_free(q);
+}
+
+TEST_F(Large, UsableSizeIsThePageRoundedRequest) {
+  void *p = qm_malloc(200000);
+  EXPECT_EQ(qm_malloc_usable_size(p), (200000 + qmt_page() - 1) / qmt_page() * qmt_page());
+  qm_free(p);
+}
+
+long vm_size_bytes() {
+  FILE *f = std::fopen("/proc/self/statm", "r");
+  unsigned long size = 0;
+  if (f) {
+    if (std::fscanf(f, "%lu", &size) != 1)
+      size = 0;
+    std::fclose(f);
+  }
+  return static_cast<long>(size * qmt_page());
+}
+
+// Under a low RLIMIT_AS, allocation fails cleanly: NULL with ENOMEM, and the
+// allocator keeps working for what still fits.
+void exhaust_address_space() {
+  void *warm = qm_malloc(MiB); // start the secondary before the limit
+  qm_free(warm);
+  struct rlimit rl;
+  rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(vm_size_bytes()) + 256 * MiB;
+  if (setrlimit(RLIMIT_AS, &rl))
+    _exit(10);
+  errno = 0;
+  if (qm_malloc(size_t{1} << 40) || errno != ENOMEM)
+    _exit(11);
+  std::vector<void *> got;
+  for (int i = 0; i < 1000; i++) {
+    errno = 0;
+    void *p = qm_malloc(16 * MiB);
+    if (!p) {
+      if (errno != ENOMEM)
+        _exit(12);
+      break;
+    }
+    got.push_back(p);
+  }
+  if (got.empty() || got.size() >= 1000)
+    _exit(13);
+  void *small = qm_malloc(100);
+  if (!small)
+    _exit(14);
+  qm_free(small);
+  for (void *p : got)
+    qm_free(p);
+  void *again = qm_malloc(16 * MiB);
+  if (!again)
+    _exit(15);
+  qm_free(again);
+  _exit(0);
+}
+
+TEST(LargeDeathTest, LowAddressSpaceLimitGivesEnomemNotACrash) {
+  EXPECT_EXIT(exhaust_address_space(), testing::ExitedWithCode(0), "");
+}
+
+// ---- suites that run with a strategy or budget forced (own process) ----
+
+class Discard : public Large {};
+class Guard : public Large {};
+class TinyBudget : public Large {};
+class NoneStrategy : public Large {};
+class UnmapStrategy : public Large {};
+
+// QMALLOC_OPTIONS=strategy=discard
+TEST_F(Discard, DropsPagesAndReusesZeroFilled) {
+  if (qm_probe_result()->strategy != QM_STRATEGY_DISCARD)
+    GTEST_SKIP() << "runs in the strategy=discard process";
+  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  char *p = static_cast<char *>(qm_malloc(4 * MiB));
+  std::memset(p, 0xab, 4 * MiB);
+  size_t rss_full = rss_bytes();
+  EXPECT_EQ(qmt_resident(p, 4 * MiB), 4 * MiB);
+  qm_free(p);
+  EXPECT_EQ(qmt_resident(p, 4 * MiB), 0u) << "pages dropped at free";
+  EXPECT_LE(rss_bytes() + 3 * MiB, rss_full) << "RSS fell";
+  long f0 = qmt_minflt();
+  char *q = static_cast<char *>(qm_calloc(1, 4 * MiB));
+  EXPECT_LE(qmt_minflt() - f0, 2) << "dropped pages are zero: calloc needs no memset";
+  ASSERT_EQ(q, p);
+  EXPECT_TRUE(all_bytes(q, 4 * MiB, 0)) << "reused zero-filled";
+  qm_free(q);
+}
+
+TEST(DiscardDeathTest, UseAfterFreeFaults) {
+  EXPECT_EXIT(use_after_free(MiB, 16, true), testing::KilledBySignal(SIGSEGV),
+              uaf_regex("write", 16, MiB));
+}
+
+// QMALLOC_OPTIONS=strategy=guard (Linux 6.13+; falls back to discard)
+TEST_F(Guard, KeepsChunksOneMappingEach) {
+  if (qm_probe_result()->strategy != QM_STRATEGY_GUARD)
+    GTEST_SKIP() << "no guard regions here, or not the strategy=guard process";
+  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  long m0 = qmt_mappings();
+  std::vector<char *> v;
+  for (int i = 0; i < 50; i++) {
+    v.push_back(static_cast<char *>(qm_malloc(256 * KiB)));
+    std::memset(v.back(), 1, 256 * KiB);
+  }
+  long m1 = qmt_mappings();
+  EXPECT_LE(m1 - m0, 51) << "guard markers split no VMA";
+  for (char *p : v)
+    qm_free(p);
+  EXPECT_EQ(qmt_resident(v[0], 256 * KiB), 0u);
+  char *q = static_cast<char *>(qm_malloc(256 * KiB));
+  EXPECT_TRUE(all_bytes(q, 256 * KiB, 0));
+  qm_free(q);
+}
+
+TEST(GuardDeathTest, UseAfterFreeFaults) {
+  EXPECT_EXIT(use_after_free(MiB, 16, false), testing::KilledBySignal(SIGSEGV),
+              uaf_regex("read", 16, MiB));
+}
+
+// QMALLOC_OPTIONS=max_mappings=8: the quarantine degrades to unmapping.
+TEST_F(TinyBudget, UnmapsInsteadOfQuarantining) {
+  ASSERT_EQ(qmt_option("max_mappings"), 8u) << "runs in the max_mappings=8 process";
+  qm_stats_t before = stats();
+  std::vector<char *> v;
+  for (int i = 0; i < 6; i++)
+    v.push_back(static_cast<char *>(qm_malloc(512 * KiB)));
+  for (char *p : v)
+    qm_free(p);
+  qm_stats_t s = stats();
+  EXPECT_LE(s.mappings_estimate, 8u);
+  EXPECT_LE(s.quarantine_chunks, 8u);
+  EXPECT_GE(s.unmaps, before.unmaps + 1) << "some freed chunks were unmapped";
+  for (char *p : v) {
+    char prot[5];
+    qmt_prot_of(p, prot);
+    EXPECT_TRUE(!std::strcmp(prot, "---p") || !prot[0]) << "quarantined or unmapped: " << prot;
+  }
+  // and allocation still works past the budget
+  for (int i = 0; i < 20; i++) {
+    v[i % 6] = static_cast<char *>(qm_malloc(512 * KiB));
+    ASSERT_NE(v[i % 6], nullptr);
+    if (i >= 14)
+      continue;
+    qm_free(v[i % 6]);
+  }
+  for (int i = 0; i < 6; i++)
+    qm_free(v[i]);
+}
+
+TEST(TinyBudgetDeathTest, FreedChunkStillFaults) {
+  EXPECT_EXIT(use_after_free(512 * KiB, 16, true), testing::KilledBySignal(SIGSEGV), "");
+}
+
+// QMALLOC_OPTIONS=strategy=none: quarantine off, chunks reused at once.
+TEST_F(NoneStrategy, ReusesAtOnce) {
+  if (qm_probe_result()->strategy != QM_STRATEGY_NONE)
+    GTEST_SKIP() << "runs in the strategy=none process";
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  qm_free(p);
+  EXPECT_EQ(peek(p, 16), peek(p, 16)) << "still readable: nothing is detected";
+  void *q = qm_malloc(MiB);
+  EXPECT_EQ(q, p);
+  qm_free(q);
+}
+
+// QMALLOC_OPTIONS=strategy=unmap: every free unmaps.
+TEST_F(UnmapStrategy, UnmapsEveryChunk) {
+  if (qm_probe_result()->strategy != QM_STRATEGY_UNMAP)
+    GTEST_SKIP() << "runs in the strategy=unmap process";
+  qm_stats_t before = stats();
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  qm_free(p);
+  EXPECT_EQ(stats().unmaps, before.unmaps + 1);
+  EXPECT_EQ(stats().quarantine_chunks, 0u);
+}
+
+} // namespace

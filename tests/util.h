@@ -1,0 +1,47 @@
+// util.h: helpers shared by the C++ tests: volatile accesses the compiler
+// cannot drop (a store to freed memory is otherwise dead code), RSS reads,
+// and the regexes of qmalloc's one-line reports.
+#ifndef QM_TEST_UTIL_H
+#define QM_TEST_UTIL_H
+
+#include <csignal>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "qmalloc.h"
+#include "shim.h"
+
+// Accesses through a volatile pointer: kept even after free().
+inline void poke(void *p, size_t off = 0, char v = 1) { static_cast<volatile char *>(p)[off] = v; }
+inline char peek(const void *p, size_t off = 0) {
+  return static_cast<const volatile char *>(p)[off];
+}
+
+// Resident set of the whole process, bytes (/proc/self/statm).
+inline size_t rss_bytes() {
+  FILE *f = std::fopen("/proc/self/statm", "r");
+  unsigned long size = 0, res = 0;
+  if (f) {
+    if (std::fscanf(f, "%lu %lu", &size, &res) != 2)
+      res = 0;
+    std::fclose(f);
+  }
+  return res * qmt_page();
+}
+
+inline bool all_bytes(const void *p, size_t n, unsigned char v) {
+  const unsigned char *c = static_cast<const unsigned char *>(p);
+  for (size_t i = 0; i < n; i++)
+    if (c[i] != v)
+      return false;
+  return true;
+}
+
+// The start of every report line, for death-test regexes.
+#define QM_ERR "qmalloc: ERROR: "
+#define HEX "0x[0-9a-f]+"
+
+#endif
