@@ -1,0 +1,147 @@
+// test_linked.cpp: gtest linked with libqmalloc.so, so the framework, the C++
+// runtime and libc all allocate through qmalloc's malloc. Checks that the
+// libc names are qmalloc's, that detection works through them, that C++
+// new/delete and failures behave as the standard says, and that dlopen, NSS
+// and threads with fork live on it.
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+#include <malloc.h>
+#include <netdb.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "qmalloc.h"
+
+namespace {
+
+#define QM_ERR "qmalloc: ERROR: "
+#define HEX "0x[0-9a-f]+"
+
+qm_stats_t stats() {
+  qm_stats_t s;
+  qm_stats(&s);
+  return s;
+}
+
+TEST(Linked, LibcNamesAreQmalloc) {
+  qm_stats_t before = stats();
+  void *p = malloc(1 << 20);
+  EXPECT_EQ(stats().large_live_chunks, before.large_live_chunks + 1);
+  EXPECT_GE(malloc_usable_size(p), size_t{1} << 20);
+  struct mallinfo2 m = mallinfo2();
+  EXPECT_GE(m.hblks, 1u);
+  free(p);
+  EXPECT_EQ(stats().large_live_chunks, before.large_live_chunks);
+  void *q = nullptr;
+  ASSERT_EQ(posix_memalign(&q, 1 << 16, 300000), 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % (1 << 16), 0u);
+  free(q);
+}
+
+TEST(LinkedDeathTest, UseAfterFreeThroughPlainFree) {
+  char *p = static_cast<char *>(malloc(256 << 10));
+  char *volatile dangling = p;
+  free(p);
+  EXPECT_EXIT(((volatile char *)dangling)[8] = 1, testing::KilledBySignal(SIGSEGV),
+              "^" QM_ERR "use-after-free \\(write\\) at " HEX
+              " \\(offset 8 in freed large chunk of 262144 bytes at " HEX "\\)\n$");
+}
+
+TEST(LinkedDeathTest, UseAfterDeleteOfALargeArray) {
+  auto *v = new double[100000];
+  double *volatile dangling = v;
+  delete[] v;
+  EXPECT_EXIT((void)*(volatile double *)(dangling + 10), testing::KilledBySignal(SIGSEGV),
+              "use-after-free \\(read\\)");
+}
+
+// A size of its own: a freed small chunk goes back to the thread's cache
+// and the next malloc of its class (gtest's, here) may take it again.
+TEST(LinkedDeathTest, DoubleFreeThroughPlainFree) {
+  void *p = malloc(77777);
+  void *volatile dangling = p;
+  free(p);
+  EXPECT_DEATH(free(dangling),
+               "^" QM_ERR "double free of " HEX " \\(small chunk, 77777 bytes\\)\n$");
+}
+
+TEST(Linked, OperatorNewThrowsBadAllocWhenNothingFits) {
+  volatile size_t huge = size_t{1} << 46;
+  EXPECT_THROW(
+      {
+        char *p = new char[huge];
+        p[0] = 0;
+        delete[] p;
+      },
+      std::bad_alloc);
+  char *q = new (std::nothrow) char[huge];
+  EXPECT_EQ(q, nullptr);
+}
+
+TEST(Linked, ContainersOfEverySize) {
+  std::vector<std::string> strings;
+  std::map<int, std::vector<int>> m;
+  for (int i = 0; i < 20000; i++) {
+    strings.push_back(std::string(i % 300, 'a' + i % 26));
+    m[i].resize(i % 50);
+  }
+  std::vector<char> big;
+  for (int i = 0; i < (64 << 20); i += 4096)
+    big.insert(big.end(), 4096, static_cast<char>(i >> 12));
+  EXPECT_EQ(big.size(), size_t{64} << 20);
+  EXPECT_EQ(big[(32 << 20) + 5], static_cast<char>(8192));
+  EXPECT_EQ(strings[12345].size(), 12345u % 300);
+}
+
+TEST(Linked, DlopenAndNssLiveOnIt) {
+  for (int i = 0; i < 20; i++) {
+    void *h = dlopen("libm.so.6", RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h, nullptr) << dlerror();
+    ASSERT_NE(dlsym(h, "cos"), nullptr);
+    dlclose(h);
+  }
+  struct addrinfo *ai = nullptr;
+  if (getaddrinfo("localhost", "80", nullptr, &ai) == 0)
+    freeaddrinfo(ai);
+}
+
+TEST(Linked, ThreadsAndForkOnPlainMalloc) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 3; t++)
+    ts.emplace_back([&] {
+      std::vector<std::string> v;
+      while (!stop) {
+        v.emplace_back(1 + v.size() % 700, 'x');
+        if (v.size() % 97 == 0)
+          v.emplace_back(200000, 'y');
+        if (v.size() > 500)
+          v.clear();
+      }
+    });
+  for (int i = 0; i < 20; i++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      alarm(20);
+      std::vector<std::string> v(1000, std::string(100, 'z'));
+      std::string big(3 << 20, 'q');
+      _exit(big[100] == 'q' && v[999][99] == 'z' ? 0 : 1);
+    }
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  }
+  stop = true;
+  for (auto &t : ts)
+    t.join();
+}
+
+} // namespace
