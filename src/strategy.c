@@ -76,6 +76,9 @@ int qm__range_drop(int strategy, void *p, size_t len) {
 unsigned qm__range_vmas(int strategy, bool live) {
   if (strategy == QM_STRATEGY_GUARD)
     return 1;
-  /* guard | RW | rest-and-guard while live; one PROT_NONE VMA once retired */
-  return live || strategy == QM_STRATEGY_NONE ? 3 : 1;
+  /* guard | RW | rest-and-guard while live. Retired by protect, the range
+   * keeps VM_ACCOUNT (set when it was made writable) and so never merges
+   * with its never-writable guards: still three. A discarded range is a
+   * fresh PROT_NONE mapping that merges with them: one. */
+  return live || strategy != QM_STRATEGY_DISCARD ? 3 : 1;
 }

@@ -270,6 +270,24 @@ TEST_F(Large, ReallocMovesPagesNotBytes) {
   qm_free(q);
 }
 
+// The mapping budget rests on the estimate never being below the truth.
+TEST_F(Large, MappingEstimateIsAnUpperBound) {
+  long m0 = qmt_mappings();
+  uint64_t e0 = stats().mappings_estimate;
+  std::vector<char *> v;
+  for (int i = 0; i < 200; i++) {
+    v.push_back(static_cast<char *>(qm_malloc((256 + 4 * (i % 7)) * KiB)));
+    poke(v.back());
+  }
+  EXPECT_LE(qmt_mappings() - m0, static_cast<long>(stats().mappings_estimate - e0));
+  for (size_t i = 0; i < v.size(); i += 2)
+    qm_free(v[i]);
+  EXPECT_LE(qmt_mappings() - m0, static_cast<long>(stats().mappings_estimate - e0));
+  for (size_t i = 1; i < v.size(); i += 2)
+    qm_free(v[i]);
+  EXPECT_LE(qmt_mappings() - m0, static_cast<long>(stats().mappings_estimate - e0));
+}
+
 TEST_F(Large, UsableSizeIsThePageRoundedRequest) {
   void *p = qm_malloc(200000);
   EXPECT_EQ(qm_malloc_usable_size(p), (200000 + qmt_page() - 1) / qmt_page() * qmt_page());
