@@ -177,8 +177,9 @@ static void *aligned(size_t align, size_t n) {
   if (n > QM_MAX_REQUEST || align > QM_MAX_REQUEST)
     return enomem();
   qm__init();
-  /* over-aligned small chunks carry the offset in their header (< 256 KiB) */
-  if (n + align < qm__small_limit && align <= 4096)
+  /* over-aligned small chunks carry the offset in their header (up to
+   * 256 KiB fits its 14 bits of 16-byte units) */
+  if (n + align < qm__small_limit && align <= 65536)
     return small_alloc(n, align);
   return qm__large_alloc(n, align, false);
 }

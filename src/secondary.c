@@ -587,8 +587,9 @@ static uint32_t find_live_locked(void *p, const char *what) {
     qm_unlock(&S.lock);
     qm_buf_t d;
     d.n = 0;
-    describe_block(&d, &copy, "");
-    qm__report_fatal_buf("double free of", p, &d);
+    bool is_free = !strcmp(what, "invalid free of");
+    describe_block(&d, &copy, is_free ? "" : "freed ");
+    qm__report_fatal_buf(is_free ? "double free of" : what, p, &d);
   }
   return i;
 }

@@ -100,11 +100,12 @@ TEST(PrimaryDeathTest, ForeignPointerIsAnInvalidFree) {
 }
 
 TEST(Primary, AlignedSmallChunks) {
-  for (size_t align = 32; align <= 4096; align *= 2) {
+  for (size_t align = 32; align <= 65536; align *= 2) {
     for (size_t n : {1ul, 100ul, 1000ul, 5000ul}) {
       void *p = qm_memalign(align, n);
       ASSERT_NE(p, nullptr);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % align, 0u) << align << " " << n;
+      EXPECT_EQ(qmt_is_small(p), n + align < 131072) << "small class, offset in the header";
       EXPECT_GE(qm_malloc_usable_size(p), n);
       std::memset(p, 1, n);
       qm_free(p);

@@ -171,6 +171,15 @@ TEST(LargeDeathTest, DoubleFreeIsReported) {
   EXPECT_DEATH(qm_free(p), "^" QM_ERR "double free of " HEX " \\(large chunk, 131072 bytes\\)\n$");
 }
 
+TEST(LargeDeathTest, ReallocOfAFreedChunkIsReported) {
+  void *p = qm_malloc(128 * KiB);
+  qm_free(p);
+  EXPECT_DEATH(qm_realloc(p, 256 * KiB),
+               "^" QM_ERR "realloc of " HEX " \\(freed large chunk, 131072 bytes\\)\n$");
+  EXPECT_DEATH(qm_malloc_usable_size(p), "^" QM_ERR "malloc_usable_size of " HEX
+                                         " \\(freed large chunk, 131072 bytes\\)\n$");
+}
+
 TEST(LargeDeathTest, InteriorPointerIsAnInvalidFree) {
   char *p = static_cast<char *>(qm_malloc(MiB));
   EXPECT_DEATH(qm_free(p + 4096),
