@@ -96,14 +96,21 @@ QM_EXPORT int qm_probe_run(qm_probe_result_t *r, int full) {
   uint64_t t0 = mono_ns();
   size_t n = PROBE_PAGES, len = n * qm__page;
   void *v;
-  int err = qm_os_map(len, 0, QM_PROT_RW, &v);
+  /* one page more: a scratch page to drain the per-CPU LRU batch with */
+  int err = qm_os_map(len + qm__page, 0, QM_PROT_RW, &v);
   if (err)
     return err;
   char *p = v;
-  qm_os_nohugepage(p, len); /* a THP would answer for the PMD path instead */
+  qm_os_nohugepage(p, len + qm__page); /* a THP would answer for the PMD path */
   r->measured = 1;
   r->pages = (unsigned)n;
   r->faults_first = write_pages(p, n);
+  /* Freshly faulted pages can sit in this CPU's LRU batch, which holds a
+   * reference; kernels that decide reuse by page_count() (5.10/5.15 with
+   * contrib/kernel's patch) then keep their fault. MADV_DONTNEED of another
+   * page starts with lru_add_drain(), emptying the batch; 6.0+ decides by
+   * PageAnonExclusive and is unaffected. */
+  qm_os_dontneed(p + len, qm__page);
   /* dirty exclusive pages: 6.0 */
   if ((err = qm_os_protect(p, len, QM_PROT_RW, QM_PROT_NONE)) ||
       (err = qm_os_protect(p, len, QM_PROT_NONE, QM_PROT_RW)))
@@ -127,7 +134,7 @@ QM_EXPORT int qm_probe_run(qm_probe_result_t *r, int full) {
   if (full)
     probe_thp(r);
 out:
-  qm_os_unmap(p, len);
+  qm_os_unmap(p, len + qm__page);
   r->probe_ns = mono_ns() - t0;
   return err;
 }
