@@ -55,6 +55,8 @@ int qm__range_revive(int strategy, void *p, size_t len) {
   switch (strategy) {
   case QM_STRATEGY_PROTECT:
   case QM_STRATEGY_DISCARD:
+  case QM_STRATEGY_NONE: /* none retires nothing, but pages past a chunk's RW
+                            part (capacity never used yet) are still guard */
     return qm_os_protect(p, len, QM_PROT_NONE, QM_PROT_RW);
   case QM_STRATEGY_GUARD:
     return qm_os_guard_remove(p, len) ? ENOMEM : 0;

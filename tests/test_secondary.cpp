@@ -461,6 +461,20 @@ TEST_F(NoneStrategy, ReusesAtOnce) {
   qm_free(q);
 }
 
+// A chunk freed small and reused for more of its capacity must have the
+// extra pages made writable, though none retires nothing.
+TEST_F(NoneStrategy, ReuseForMoreOfTheCapacityIsWritable) {
+  if (qm_probe_result()->strategy != QM_STRATEGY_NONE)
+    GTEST_SKIP() << "runs in the strategy=none process";
+  char *p = static_cast<char *>(qm_malloc(1040 * KiB)); // capacity 320 pages
+  std::memset(p, 1, 1040 * KiB);
+  qm_free(p);
+  char *q = static_cast<char *>(qm_malloc(1200 * KiB)); // 300 pages: same chunk
+  ASSERT_EQ(q, p);
+  std::memset(q, 2, 1200 * KiB);
+  qm_free(q);
+}
+
 // QMALLOC_OPTIONS=strategy=unmap: every free unmaps.
 TEST_F(UnmapStrategy, UnmapsEveryChunk) {
   if (qm_probe_result()->strategy != QM_STRATEGY_UNMAP)
