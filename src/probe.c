@@ -243,7 +243,7 @@ QM_EXPORT int qm_strategy_cost(int strategy, size_t bytes, unsigned touch_pages,
     qm__init_page_size();
   if (strategy < QM_STRATEGY_PROTECT || strategy > QM_STRATEGY_NONE || !bytes || !iters)
     return EINVAL;
-  size_t len = qm_page_up(bytes), pg = qm__page, span = len + 2 * pg;
+  size_t len = qm_page_up(bytes), pg = qm__page;
   size_t touch = touch_pages < len / pg ? touch_pages : len / pg;
   bool unmap = strategy == QM_STRATEGY_UNMAP;
   int layout = unmap ? QM_STRATEGY_PROTECT : strategy;
@@ -252,12 +252,12 @@ QM_EXPORT int qm_strategy_cost(int strategy, size_t bytes, unsigned touch_pages,
   int err = qm_os_map(ns_len, 0, QM_PROT_RW, (void **)&ns);
   if (err)
     return err;
-  uintptr_t base;
-  if ((err = qm__range_map(layout, span, 0, pg, len, &base))) {
+  qm_range_t r;
+  if ((err = qm__range_map(layout, len, 0, len, false, &r))) {
     qm_os_unmap(ns, ns_len);
     return err;
   }
-  char *p = (char *)base + pg;
+  char *p = (char *)r.usable;
   memset(p, 1, len);
   memset(ns, 0, ns_len); /* its faults must not count */
   long faults = 0;
@@ -266,9 +266,9 @@ QM_EXPORT int qm_strategy_cost(int strategy, size_t bytes, unsigned touch_pages,
     uint64_t t0 = mono_ns();
     bool dropped;
     if (unmap) {
-      qm_os_unmap((void *)base, span);
-      err = qm__range_map(layout, span, 0, pg, len, &base);
-      p = (char *)base + pg;
+      qm_os_unmap((void *)r.base, r.span);
+      err = qm__range_map(layout, len, 0, len, false, &r);
+      p = (char *)r.usable;
     } else if (!(err = qm__range_retire(strategy, p, len, &dropped))) {
       err = qm__range_revive(strategy, p, len);
     }
@@ -285,7 +285,7 @@ QM_EXPORT int qm_strategy_cost(int strategy, size_t bytes, unsigned touch_pages,
     sort_u64(ns, iters);
     *median_ns = ns[iters / 2];
     *faults_x1000 = (uint64_t)faults * 1000 / iters;
-    qm_os_unmap((void *)base, span);
+    qm_os_unmap((void *)r.base, r.span);
   }
   qm_os_unmap(ns, ns_len);
   return err;

@@ -64,6 +64,7 @@ static struct {
   size_t live, live_bytes, mapped_bytes;
   uint64_t allocs, reuses, fresh, unmaps, drops, avoided, in_place, moved;
   bool no_dontunmap;
+  size_t thp_size; /* PMD size where transparent huge pages can be had, else 0 */
 } S = {.lock = QM_LOCK_INIT, .init_lock = QM_LOCK_INIT};
 
 /* Page classes, four per doubling: bins of quarantined chunks by capacity,
@@ -85,6 +86,19 @@ static size_t pclass_pages(unsigned c) {
 }
 
 static block_t *B(uint32_t i) { return &S.blk[i]; }
+
+/* Chunks that keep their pages across reuse (protect, none) and span a
+ * transparent huge page get one: each of its 512 pages then changes
+ * protection with one PMD, and is touched again at the cost of one; a 4 KiB
+ * page costs a PTE each, and on a VM a shadow-table sync each. Linux 6.2+
+ * keeps PMD-mapped THP writable through mprotect(RW) (the probe's
+ * fast_thp); before that, one fault per 2 MiB instead of 512. */
+static bool want_thp(size_t cap_pages) {
+  return S.thp_size && qm__opt.thp_min_mb &&
+         (S.strategy == QM_STRATEGY_PROTECT || S.strategy == QM_STRATEGY_NONE) &&
+         cap_pages << qm__page_shift >= qm__opt.thp_min_mb << 20 &&
+         cap_pages << qm__page_shift >= S.thp_size;
+}
 
 /* ---- the record table and the address -> record hash (under S.lock) ---- */
 
@@ -419,6 +433,13 @@ static void ensure_ready(void) {
     S.map_budget = qm__opt.max_mappings     ? qm__opt.max_mappings
                    : (size_t)sys > headroom ? (size_t)sys - headroom
                                             : 1;
+    /* THP where the kernel offers it (madvise or always) */
+    char thp[64];
+    if (qm_os_read_file("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp) > 0 &&
+        !strstr(thp, "[never]")) {
+      long long pmd = qm_os_read_number("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+      S.thp_size = pmd > 0 && qm_is_pow2((size_t)pmd) ? (size_t)pmd : 0;
+    }
     if (qm__opt.fault_report)
       fault_handler_install();
     atomic_store_explicit(&S.ready, 1, memory_order_release);
@@ -457,41 +478,42 @@ static void *hand_out(uint32_t i, size_t size, size_t need, bool zero, bool reus
   return (void *)b->usable;
 }
 
-static void *fresh(size_t size, size_t need, size_t align, bool zero, bool huge) {
-  size_t pg = qm__page, cap = huge ? need : pclass_pages(pclass(need));
+static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreuse) {
+  size_t cap = noreuse ? need : pclass_pages(pclass(need));
   if (cap < need) /* past the last class */
     cap = need;
-  size_t lead = align > pg ? align : pg;
-  size_t span = lead + ((cap + 1) << qm__page_shift);
+  bool huge = want_thp(cap);
+  if (huge && align < S.thp_size)
+    align = S.thp_size;
   enforce(3);
-  int strat = S.strategy;
-  uintptr_t base;
-  int err = qm__range_map(strat, span, align > pg ? align : 0, lead, need << qm__page_shift, &base);
+  qm_range_t r;
+  int err =
+      qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift, huge, &r);
   if (err == ENOMEM && unmap_quarantine()) /* out of address space or mappings */
-    err = qm__range_map(strat, span, align > pg ? align : 0, lead, need << qm__page_shift, &base);
+    err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift, huge, &r);
   if (err)
     return fail_enomem();
   qm_lock(&S.lock);
   uint32_t i = S.blk && tab_reserve() ? rec_alloc() : NIL;
   if (i == NIL) {
     qm_unlock(&S.lock);
-    qm_os_unmap((void *)base, span);
+    qm_os_unmap((void *)r.base, r.span);
     return fail_enomem();
   }
   block_t *b = B(i);
-  *b = (block_t){.base = base,
-                 .usable = base + lead,
-                 .span = span,
+  *b = (block_t){.base = r.base,
+                 .usable = r.usable,
+                 .span = r.span,
                  .cap = cap,
                  .rw = need,
                  .state = B_BUSY,
-                 .flags = huge ? F_NOREUSE : 0,
+                 .flags = noreuse ? F_NOREUSE : 0,
                  .qprev = NIL,
                  .qnext = NIL,
                  .bprev = NIL,
                  .bnext = NIL};
   tab_insert(b->usable, i);
-  S.mapped_bytes += span;
+  S.mapped_bytes += r.span;
   S.fresh++;
   qm_unlock(&S.lock);
   return hand_out(i, size, need, zero, false);
@@ -528,8 +550,8 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
   size_t need = qm_pages(size ? size : 1);
   if (align < qm__page)
     align = qm__page;
-  bool huge = need << qm__page_shift >= qm__opt.unmap_threshold_mb << 20;
-  if (!huge && S.strategy != QM_STRATEGY_UNMAP) {
+  bool noreuse = need << qm__page_shift >= qm__opt.unmap_threshold_mb << 20;
+  if (!noreuse && S.strategy != QM_STRATEGY_UNMAP) {
     qm_lock(&S.lock);
     q_age();
     uint32_t i = q_fit(need, align);
@@ -552,7 +574,7 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       discard_block(i);
     }
   }
-  return fresh(size, need, align, zero, huge);
+  return fresh(size, need, align, zero, noreuse);
 }
 
 /* ---- free ---- */
@@ -682,14 +704,14 @@ size_t qm__large_size(void *p) {
  * so the stale pointer faults. Returns the new chunk, or NULL to copy. */
 static void *move_grow(uint32_t old, size_t size, size_t need) {
   block_t *o = B(old);
-  size_t pg = qm__page, cap = pclass_pages(pclass(need + need / 2));
+  size_t cap = pclass_pages(pclass(need + need / 2));
   if (cap < need || S.no_dontunmap || !o->rw)
     return NULL;
-  size_t span = ((cap + 2) << qm__page_shift);
-  uintptr_t base;
-  if (qm__range_map(S.strategy, span, 0, pg, 0, &base))
+  bool huge = want_thp(cap);
+  qm_range_t r;
+  if (qm__range_map(S.strategy, cap << qm__page_shift, huge ? S.thp_size : 0, 0, huge, &r))
     return NULL;
-  uintptr_t usable = base + pg;
+  uintptr_t usable = r.usable;
   size_t moved = o->rw << qm__page_shift;
   int err =
       qm__range_revive(S.strategy, (void *)(usable + moved), (need << qm__page_shift) - moved);
@@ -698,7 +720,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
   if (err) {
     if (err == EINVAL)
       S.no_dontunmap = true; /* before Linux 5.7: copy from now on */
-    qm_os_unmap((void *)base, span);
+    qm_os_unmap((void *)r.base, r.span);
     return NULL;
   }
   qm_lock(&S.lock);
@@ -707,13 +729,13 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
     /* cannot record the new chunk: put the pages back where they were */
     qm_unlock(&S.lock);
     QM_CHECK(qm_os_move((void *)usable, moved, (void *)o->usable, false) == 0);
-    qm_os_unmap((void *)base, span);
+    qm_os_unmap((void *)r.base, r.span);
     return NULL;
   }
   block_t *b = B(i);
-  *b = (block_t){.base = base,
+  *b = (block_t){.base = r.base,
                  .usable = usable,
-                 .span = span,
+                 .span = r.span,
                  .cap = cap,
                  .rw = need,
                  .dirty = need,
@@ -725,7 +747,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
                  .bnext = NIL};
   set_vmas(b, true);
   tab_insert(usable, i);
-  S.mapped_bytes += span;
+  S.mapped_bytes += r.span;
   S.fresh++;
   S.moved++;
   S.live_bytes += size;

@@ -11,27 +11,37 @@
 #include "os.h"
 #include "qm.h"
 
-int qm__range_map(int strategy, size_t span, size_t align, size_t rw_off, size_t rw_len,
-                  uintptr_t *base) {
+int qm__range_map(int strategy, size_t usable_len, size_t align, size_t rw_len, bool huge,
+                  qm_range_t *out) {
+  size_t pg = qm__page;
+  if (align < pg)
+    align = pg;
+  /* over-map by the alignment and keep the slack as guard: no trimming */
+  size_t span = usable_len + 2 * pg + (align - pg);
+  if (span < usable_len)
+    return ENOMEM;
   void *p;
   bool guard = strategy == QM_STRATEGY_GUARD;
-  int err = qm_os_map(span, align, guard ? QM_PROT_RW : QM_PROT_NONE, &p);
+  int err = qm_os_map(span, 0, guard ? QM_PROT_RW : QM_PROT_NONE, &p);
   if (err)
     return err;
-  char *b = p;
+  uintptr_t base = (uintptr_t)p, usable = qm_align_up(base + pg, align);
+  /* before the mprotect below splits it: one flag for the whole mapping */
+  if (huge)
+    qm_os_hugepage(p, span);
   if (guard) {
     /* markers on both sides of the RW part; no VMA split (Linux 6.13) */
-    err = qm_os_guard_install(b, rw_off);
+    err = qm_os_guard_install(p, usable - base);
     if (!err)
-      err = qm_os_guard_install(b + rw_off + rw_len, span - rw_off - rw_len);
+      err = qm_os_guard_install((void *)(usable + rw_len), base + span - usable - rw_len);
   } else {
-    err = qm_os_protect(b + rw_off, rw_len, QM_PROT_NONE, QM_PROT_RW);
+    err = qm_os_protect((void *)usable, rw_len, QM_PROT_NONE, QM_PROT_RW);
   }
   if (err) {
     qm_os_unmap(p, span);
     return err == EINVAL ? ENOMEM : err;
   }
-  *base = (uintptr_t)p;
+  *out = (qm_range_t){.base = base, .usable = usable, .span = span};
   return 0;
 }
 

@@ -12,11 +12,18 @@
 
 #include "qmalloc.h"
 
-/* A fresh mapping of span bytes whose only RW part is [rw_off, rw_off +
- * rw_len); everything else is guard (PROT_NONE, or guard markers for the
- * guard strategy, which keeps the whole mapping one VMA). */
-int qm__range_map(int strategy, size_t span, size_t align, size_t rw_off, size_t rw_len,
-                  uintptr_t *base);
+/* A chunk's mapping: guard pages around usable_len bytes that start at an
+ * address aligned to align (a power of two, at least a page). */
+typedef struct qm_range {
+  uintptr_t base, usable; /* the mapping; its first usable byte */
+  size_t span;            /* the mapping's length */
+} qm_range_t;
+
+/* Maps a fresh chunk whose only RW part is its first rw_len usable bytes;
+ * the rest is guard (PROT_NONE, or guard markers for the guard strategy,
+ * which keeps the mapping one VMA). huge: ask for transparent huge pages. */
+int qm__range_map(int strategy, size_t usable_len, size_t align, size_t rw_len, bool huge,
+                  qm_range_t *out);
 /* RW -> inaccessible. *dropped says whether the pages went with it. */
 int qm__range_retire(int strategy, void *p, size_t len, bool *dropped);
 /* inaccessible -> RW. */

@@ -131,6 +131,40 @@ TEST_F(Large, ReuseTakesNoFaultsOnFastPathKernels) {
   qm_free(q);
 }
 
+bool thp_available() {
+  FILE *f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  char buf[128] = {0};
+  if (f) {
+    if (!std::fgets(buf, sizeof buf, f))
+      buf[0] = 0;
+    std::fclose(f);
+  }
+  return buf[0] && !std::strstr(buf, "[never]");
+}
+
+// Chunks of 2 MiB and more that keep their pages get transparent huge pages:
+// first touch costs a fault per 2 MiB, not per 4 KiB.
+TEST_F(Large, BigChunksGetHugePages) {
+  const qm_probe_result_t *r = qm_probe_result();
+  if (!thp_available() || r->strategy != QM_STRATEGY_PROTECT)
+    GTEST_SKIP() << "no THP here, or a strategy that drops pages";
+  long f0 = qmt_minflt();
+  char *p = static_cast<char *>(qm_malloc(8 * MiB));
+  for (size_t i = 0; i < 8 * MiB; i += qmt_page())
+    poke(p, i);
+  long faults = qmt_minflt() - f0;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (2 * MiB), 0u) << "aligned for PMD mappings";
+  EXPECT_LE(faults, 64) << "2048 pages, 4 huge pages (the kernel may fall back on a few)";
+  qm_free(p);
+  set("thp_min_mb=0");
+  f0 = qmt_minflt();
+  p = static_cast<char *>(qm_malloc(8 * MiB));
+  for (size_t i = 0; i < 8 * MiB; i += qmt_page())
+    poke(p, i);
+  EXPECT_GE(qmt_minflt() - f0, 2048) << "thp_min_mb=0: base pages";
+  qm_free(p);
+}
+
 TEST_F(Large, CallocOfAFreshChunkTouchesNothing) {
   long f0 = qmt_minflt();
   char *p = static_cast<char *>(qm_calloc(1, 4 * MiB));
@@ -176,8 +210,8 @@ TEST(LargeDeathTest, ReallocOfAFreedChunkIsReported) {
   qm_free(p);
   EXPECT_DEATH(qm_realloc(p, 256 * KiB),
                "^" QM_ERR "realloc of " HEX " \\(freed large chunk, 131072 bytes\\)\n$");
-  EXPECT_DEATH(qm_malloc_usable_size(p), "^" QM_ERR "malloc_usable_size of " HEX
-                                         " \\(freed large chunk, 131072 bytes\\)\n$");
+  EXPECT_DEATH(qm_malloc_usable_size(p),
+               "^" QM_ERR "malloc_usable_size of " HEX " \\(freed large chunk, 131072 bytes\\)\n$");
 }
 
 TEST(LargeDeathTest, InteriorPointerIsAnInvalidFree) {
