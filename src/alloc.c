@@ -96,7 +96,7 @@ QM_INLINE uintptr_t small_check(const char *op, void *p, uintptr_t off, unsigned
 static void *small_alloc(size_t n, size_t align) {
   size_t req = align > QM_MIN_ALIGN ? n + align - QM_MIN_ALIGN : n;
   for (unsigned c = qm_class_of(req); c < QM_NCLASS; c++) {
-    qm_bin_t *b = &qm__tc->bin[c];
+    qm_bin_t *b = &qm__bin[c];
     uintptr_t ch = b->count ? b->slot[--b->count] : qm__cache_take_slow(c);
     if (!ch)
       continue;
@@ -117,9 +117,12 @@ static QM_COLD void *malloc_slow(size_t n) {
 
 QM_EXPORT void *qm_malloc(size_t n) {
   if (QM_LIKELY(n < qm__small_limit)) {
-    qm_bin_t *b = &qm__tc->bin[qm_class_of(n)];
+    qm_bin_t *b = &qm__bin[qm_class_of(n)];
     if (QM_LIKELY(b->count)) {
       uintptr_t ch = b->slot[--b->count];
+      /* the next chunk of this class is about to have its header written:
+       * start fetching its line now (slot[-1] is the bin's own memory) */
+      __builtin_prefetch((void *)b->slot[(int)b->count - 1], 1);
       *(uint64_t *)ch = qm_hdr_make(ch, QM_CHUNK_ALLOC, 0, n);
       return (void *)(ch + QM_HDR);
     }
@@ -129,9 +132,8 @@ QM_EXPORT void *qm_malloc(size_t n) {
 
 /* Marks a validated small chunk free and caches it. */
 QM_INLINE void small_release(uintptr_t ch, unsigned c, uint64_t w) {
-  uint64_t fw = (w & ~(uint64_t)0x3ffff) | ((uint64_t)QM_CHUNK_FREE << 16);
-  *(uint64_t *)ch = fw | qm_hdr_sum(ch, fw);
-  qm_bin_t *b = &qm__tc->bin[c];
+  *(uint64_t *)ch = w ^ QM_HDR_FREE_FLIP;
+  qm_bin_t *b = &qm__bin[c];
   if (QM_LIKELY(b->count < b->max))
     b->slot[b->count++] = ch;
   else

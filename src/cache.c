@@ -1,8 +1,9 @@
-/* cache.c: creation, refill, drain and death of thread caches. A cache is
- * carved from meta memory with its slot arrays behind it, registered in a
- * list (stats, fork), and emptied into the central lists when its thread
- * exits. After that the thread is DEAD: it allocates straight from the
- * central lists, so allocations in later TLS destructors still work.
+/* cache.c: creation, refill, drain and death of thread caches. A thread's
+ * bins are in its TLS; its slot arrays and its entry in the registry (stats,
+ * fork) come from meta memory and are recycled when it exits, after its
+ * chunks went back to the central lists. After that the thread is DEAD: it
+ * allocates straight from the central lists, so allocations in later TLS
+ * destructors still work.
  */
 #include "cache.h"
 
@@ -12,22 +13,29 @@
 #include "meta.h"
 #include "options.h"
 
-static qm_tcache_t empty_cache = {.state = QM_TC_EMPTY};
-static qm_tcache_t dead_cache = {.state = QM_TC_DEAD};
-__thread qm_tcache_t *qm__tc __attribute__((tls_model("initial-exec"))) = &empty_cache;
+enum { TC_EMPTY, TC_LIVE, TC_DEAD };
+
+/* A thread's registration: where its bins are, and its slot storage. */
+typedef struct qm_tcache {
+  qm_bin_t *bin; /* the owning thread's qm__bin */
+  uintptr_t *slots;
+  struct qm_tcache *next, *prev;
+} qm_tcache_t;
+
+__thread qm_bin_t qm__bin[QM_NCLASS] __attribute__((tls_model("initial-exec")));
+static __thread qm_tcache_t *self __attribute__((tls_model("initial-exec")));
+static __thread int state __attribute__((tls_model("initial-exec")));
 
 static qm_lock_t registry_lock = QM_LOCK_INIT;
 static qm_tcache_t *registry; /* live caches */
-static qm_tcache_t *spares;   /* caches of exited threads, for reuse */
+static qm_tcache_t *spares;   /* registrations of exited threads, for reuse */
 static size_t nthreads;
 static pthread_key_t exit_key;
 static bool key_ok;
 
-static void on_thread_exit(void *arg);
-
-/* Builds (or recycles) a cache for this thread; NULL if there is no memory
- * for it, in which case the thread simply allocates from the central lists. */
-static qm_tcache_t *cache_create(void) {
+/* Gives this thread's bins their slots; false if there is no memory for
+ * them, in which case the thread allocates from the central lists. */
+static bool cache_create(void) {
   qm_lock(&registry_lock);
   qm_tcache_t *tc = spares;
   if (tc)
@@ -39,16 +47,19 @@ static qm_tcache_t *cache_create(void) {
       slots += qm__class[c].cache_max;
     tc = qm__meta_alloc(sizeof *tc + slots * sizeof(uintptr_t));
     if (!tc)
-      return NULL;
-    uintptr_t *s = (uintptr_t *)(tc + 1);
-    for (unsigned c = 0; c < QM_NCLASS; c++) {
-      tc->bin[c].max = qm__class[c].cache_max;
-      tc->bin[c].slot = s;
-      s += tc->bin[c].max;
-    }
+      return false;
+    tc->slots = (uintptr_t *)(tc + 1);
   }
-  tc->state = QM_TC_LIVE;
-  qm__tc = tc; /* before setspecific, which may itself call malloc */
+  uintptr_t *s = tc->slots;
+  for (unsigned c = 0; c < QM_NCLASS; c++) {
+    qm__bin[c].count = 0;
+    qm__bin[c].slot = s;
+    qm__bin[c].max = qm__class[c].cache_max;
+    s += qm__class[c].cache_max;
+  }
+  tc->bin = qm__bin;
+  self = tc;
+  state = TC_LIVE; /* before setspecific, which may itself call malloc */
   qm_lock(&registry_lock);
   tc->prev = NULL;
   tc->next = registry;
@@ -60,39 +71,36 @@ static qm_tcache_t *cache_create(void) {
   /* pthread_setspecific allocates only for keys past the first 32 */
   if (key_ok)
     pthread_setspecific(exit_key, tc);
-  return tc;
+  return true;
 }
 
-/* The thread's cache, created on first need; NULL when the thread runs
- * without one (option thread_cache=0, no memory, or thread exiting). */
-static qm_tcache_t *self_cache(void) {
-  qm_tcache_t *tc = qm__tc;
-  if (tc->state == QM_TC_LIVE)
-    return tc;
-  if (tc->state == QM_TC_DEAD || !qm__opt.thread_cache)
-    return NULL;
+/* Whether the thread has a cache, created on first need; false when it
+ * runs without one (option thread_cache=0, no memory, or thread exiting). */
+static bool have_cache(void) {
+  if (state == TC_LIVE)
+    return true;
+  if (state == TC_DEAD || !qm__opt.thread_cache)
+    return false;
   return cache_create();
 }
 
 uintptr_t qm__cache_take_slow(unsigned c) {
-  qm_tcache_t *tc = self_cache();
-  if (!tc) {
+  if (!have_cache()) {
     uintptr_t one;
     return qm__central_take(c, &one, 1) ? one : 0;
   }
-  qm_bin_t *b = &tc->bin[c];
+  qm_bin_t *b = &qm__bin[c];
   if (!b->count)
     b->count = qm__central_take(c, b->slot, (b->max + 1) / 2);
   return b->count ? b->slot[--b->count] : 0;
 }
 
 void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
-  qm_tcache_t *tc = self_cache();
-  if (!tc) {
+  if (!have_cache()) {
     qm__central_give(c, &chunk, 1);
     return;
   }
-  qm_bin_t *b = &tc->bin[c];
+  qm_bin_t *b = &qm__bin[c];
   if (b->count == b->max) {
     unsigned half = b->max / 2;
     qm__central_give(c, b->slot + b->count - half, half);
@@ -101,22 +109,25 @@ void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
   b->slot[b->count++] = chunk;
 }
 
-static void flush(qm_tcache_t *tc) {
+void qm__cache_flush_self(void) {
+  if (state != TC_LIVE)
+    return;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
-    qm_bin_t *b = &tc->bin[c];
+    qm_bin_t *b = &qm__bin[c];
     if (b->count)
       qm__central_give(c, b->slot, b->count);
     b->count = 0;
   }
 }
 
-void qm__cache_flush_self(void) {
-  if (qm__tc->state == QM_TC_LIVE)
-    flush(qm__tc);
-}
-
-static void retire(qm_tcache_t *tc) {
-  flush(tc);
+static void on_thread_exit(void *arg) {
+  qm_tcache_t *tc = arg;
+  if (state != TC_LIVE || tc != self)
+    return;
+  qm__cache_flush_self();
+  for (unsigned c = 0; c < QM_NCLASS; c++)
+    qm__bin[c].max = 0; /* every later call takes the slow path */
+  state = TC_DEAD;
   qm_lock(&registry_lock);
   if (tc->prev)
     tc->prev->next = tc->next;
@@ -125,17 +136,9 @@ static void retire(qm_tcache_t *tc) {
   if (tc->next)
     tc->next->prev = tc->prev;
   nthreads--;
-  tc->state = QM_TC_EMPTY;
   tc->next = spares;
   spares = tc;
   qm_unlock(&registry_lock);
-}
-
-static void on_thread_exit(void *arg) {
-  qm_tcache_t *tc = arg;
-  qm__tc = &dead_cache;
-  if (tc && tc->state == QM_TC_LIVE)
-    retire(tc);
 }
 
 size_t qm__cache_held_bytes(void) {
@@ -160,9 +163,8 @@ void qm__cache_fork_parent(void) { qm_unlock(&registry_lock); }
  * abandoned rather than trusted. The caller's own cache stays registered. */
 void qm__cache_fork_child(void) {
   qm_lock_reinit(&registry_lock);
-  qm_tcache_t *self = qm__tc->state == QM_TC_LIVE ? qm__tc : NULL;
-  registry = self;
-  nthreads = self ? 1 : 0;
-  if (self)
-    self->next = self->prev = NULL;
+  registry = state == TC_LIVE ? self : NULL;
+  nthreads = registry ? 1 : 0;
+  if (registry)
+    registry->next = registry->prev = NULL;
 }

@@ -1,7 +1,8 @@
-/* cache.h: per-thread caches of small chunks. A thread's qm__tc starts at a
- * static empty cache whose bins have no room, so its first malloc and first
- * free take the slow path, which creates the real cache. Only the owning
- * thread touches a cache's bins: no lock, no atomic.
+/* cache.h: per-thread caches of small chunks. A thread's bins live in its
+ * own TLS (initial-exec: one fs-relative access, no pointer to chase) and
+ * start with no room at all, so its first malloc and first free take the
+ * slow path, which gives the bins their slot arrays. Only the owning thread
+ * touches its bins' counts: no lock, no atomic.
  */
 #ifndef QM_CACHE_H
 #define QM_CACHE_H
@@ -16,15 +17,7 @@ typedef struct qm_bin {
   uintptr_t *slot; /* chunk addresses, slot[count-1] is the next handed out */
 } qm_bin_t;
 
-typedef struct qm_tcache {
-  qm_bin_t bin[QM_NCLASS];
-  struct qm_tcache *next, *prev; /* the registry of live caches */
-  int state;                     /* QM_TC_* */
-} qm_tcache_t;
-
-enum { QM_TC_EMPTY, QM_TC_LIVE, QM_TC_DEAD };
-
-extern __thread qm_tcache_t *qm__tc __attribute__((tls_model("initial-exec")));
+extern __thread qm_bin_t qm__bin[QM_NCLASS] __attribute__((tls_model("initial-exec")));
 
 /* The slow paths: take one chunk of class c (refilling the cache), or give
  * one back (draining it). take returns 0 when the class is exhausted. */

@@ -55,8 +55,12 @@ int qm_os_map(size_t len, size_t align, qm_prot_t prot, void **out) {
   COUNT(mmap);
   int saved = errno;
   void *p = mmap(NULL, span, pr, flags, -1, 0);
-  if (p == MAP_FAILED)
-    return check("mmap", NULL, span, false, saved);
+  if (p == MAP_FAILED) {
+    /* a length this address space cannot hold is EINVAL under some
+     * emulators (valgrind): the same answer as ENOMEM for the caller */
+    int err = check("mmap", NULL, span, true, saved);
+    return err == EINVAL ? ENOMEM : err;
+  }
   if (span != len) { /* trim the unaligned head and tail */
     uintptr_t a = qm_align_up((uintptr_t)p, align);
     size_t head = a - (uintptr_t)p, tail = span - head - len;

@@ -37,6 +37,7 @@ typedef struct central {
 } __attribute__((aligned(64))) central_t;
 
 qm_class_info_t qm__class[QM_NCLASS];
+uint8_t qm__class_tab[QM_CLASS_TAB_MAX / 16 + 1];
 uintptr_t qm__pbase;
 size_t qm__pspan;
 unsigned qm__rshift;
@@ -61,6 +62,9 @@ static size_t user_size_of(unsigned c) {
 static uintptr_t region(unsigned c) { return qm__pbase + ((uintptr_t)c << qm__rshift); }
 
 int qm__primary_init(void) {
+  /* classes are multiples of 16 up to the table's end: one entry per granule */
+  for (size_t i = 0; i <= QM_CLASS_TAB_MAX / 16; i++)
+    qm__class_tab[i] = (uint8_t)qm_class_of_calc(i * 16);
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     size_t size = user_size_of(c) + QM_HDR;
     QM_CHECK_OP(qm_class_of(user_size_of(c)), ==, c);

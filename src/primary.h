@@ -31,12 +31,22 @@ extern uintptr_t qm__pbase;
 extern size_t qm__pspan; /* 0 until init: every pointer then looks large */
 extern unsigned qm__rshift;
 
-/* Class of a request of n user bytes (n <= QM_SMALL_MAX). */
-QM_INLINE unsigned qm_class_of(size_t n) {
+/* Class of a request of n user bytes (n <= QM_SMALL_MAX): 16-byte steps to
+ * 256, then four classes per doubling. */
+QM_INLINE unsigned qm_class_of_calc(size_t n) {
   if (n <= 256)
     return n ? (unsigned)((n + 15) >> 4) - 1 : 0;
   unsigned l = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1));
   return 16 + (l - 8) * 4 + (unsigned)(((n - 1) >> (l - 2)) - 4);
+}
+
+/* The same from a table for the common sizes (filled by primary init). */
+#define QM_CLASS_TAB_MAX 4096
+extern uint8_t qm__class_tab[QM_CLASS_TAB_MAX / 16 + 1];
+QM_INLINE unsigned qm_class_of(size_t n) {
+  if (QM_LIKELY(n <= QM_CLASS_TAB_MAX))
+    return qm__class_tab[(n + 15) >> 4];
+  return qm_class_of_calc(n);
 }
 
 /* Start of the chunk holding byte `roff` of region c. */
