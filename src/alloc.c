@@ -140,13 +140,32 @@ QM_INLINE void small_release(uintptr_t ch, unsigned c, uint64_t w) {
     qm__cache_give_slow(ch, c);
 }
 
+static QM_COLD void small_free_general(void *p, uintptr_t off) {
+  unsigned c;
+  uint64_t w;
+  uintptr_t ch = small_check("invalid free of", p, off, &c, &w);
+  small_release(ch, c, w);
+}
+
 QM_EXPORT void qm_free(void *p) {
-  uintptr_t off = (uintptr_t)p - qm__pbase;
+  uintptr_t a = (uintptr_t)p, off = a - qm__pbase;
   if (QM_LIKELY(off < qm__pspan)) {
-    unsigned c;
-    uint64_t w;
-    uintptr_t ch = small_check("invalid free of", p, off, &c, &w);
-    small_release(ch, c, w);
+    unsigned c = (unsigned)(off >> qm__rshift);
+    /* Where the header is when p has no alignment offset, the usual case:
+     * p - 16. Load it first and check that it is a chunk boundary while the
+     * load is in flight: the header's line is often cold, and the boundary
+     * needs a multiply; the two now overlap instead of adding up. */
+    uintptr_t h = (off & region_mask()) - QM_HDR;
+    if (QM_LIKELY(h < atomic_load_explicit(&qm__class[c].committed, memory_order_relaxed))) {
+      uintptr_t ch = a - QM_HDR;
+      uint64_t w = *(uint64_t *)ch;
+      if (QM_LIKELY(qm_chunk_index(h, c) * qm__class[c].size == h &&
+                    ((w >> 16) & 0xffff) == QM_CHUNK_ALLOC && qm_hdr_valid(ch, w))) {
+        small_release(ch, c, w);
+        return;
+      }
+    }
+    small_free_general(p, off); /* over-aligned chunks, and every error */
     return;
   }
   if (p)
