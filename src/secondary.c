@@ -29,7 +29,7 @@
 #define VICTIMS 32
 
 enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
-enum { F_NOREUSE = 1, F_INBIN = 2 };
+enum { F_NOREUSE = 1, F_INBIN = 2, F_THP = 4 };
 
 typedef struct block {
   uintptr_t base, usable; /* the mapping, and its first usable page = user pointer */
@@ -278,11 +278,13 @@ static void q_age(void) {
   }
 }
 
-/* The aged chunk that serves `need` pages best: fits without more waste than
- * reuse_max_waste_pct allows, is aligned, and has the most pages already
- * resident (protect: each is a fault saved); among equals, the oldest. */
-static uint32_t q_fit(size_t need, size_t align) {
-  size_t maxcap = need + need * qm__opt.reuse_max_waste_pct / 100;
+/* Scans the bins for the aged chunk with capacity in [need, maxcap] that
+ * serves `need` pages best: aligned, with the most pages already resident
+ * (protect: each is a fault saved); among equals the oldest, or with the
+ * quarantine off the newest (its memory is the warmest). */
+static uint32_t q_scan(size_t need, size_t maxcap, size_t align) {
+  bool newest = S.strategy == QM_STRATEGY_NONE;
+  size_t hp = S.thp_size ? S.thp_size >> qm__page_shift : 1;
   uint32_t best = NIL;
   size_t best_res = 0;
   uint64_t best_seq = 0;
@@ -292,8 +294,13 @@ static uint32_t q_fit(size_t need, size_t align) {
       block_t *b = B(i);
       if (b->state != B_QUAR || b->cap < need || b->cap > maxcap || (b->usable & (align - 1)))
         continue;
+      /* a chunk on huge pages serves only requests that cover all of them:
+       * a protection boundary inside one splits it back into 4 KiB pages */
+      if ((b->flags & F_THP) && need / hp < b->dirty / hp)
+        continue;
       size_t res = b->dirty < need ? b->dirty : need;
-      if (best == NIL || res > best_res || (res == best_res && b->seq < best_seq)) {
+      if (best == NIL || res > best_res ||
+          (res == best_res && (newest ? b->seq > best_seq : b->seq < best_seq))) {
         best = i;
         best_res = res;
         best_seq = b->seq;
@@ -303,6 +310,18 @@ static uint32_t q_fit(size_t need, size_t align) {
     }
   }
   return best;
+}
+
+/* The chunk to reuse for `need` pages: one that wastes at most
+ * reuse_max_waste_pct; failing that, one up to four times too large, whose
+ * resident pages past the request are then dropped (*trim): a syscall, but
+ * cheaper than a fresh mapping whose every page faults. */
+static uint32_t q_fit(size_t need, size_t align, bool *trim) {
+  uint32_t i = q_scan(need, need + need * qm__opt.reuse_max_waste_pct / 100, align);
+  *trim = false;
+  if (i == NIL && (i = q_scan(need, need * 4, align)) != NIL)
+    *trim = true;
+  return i;
 }
 
 /* ---- victims: chunks leaving the quarantine (unmapped) or losing their
@@ -507,7 +526,7 @@ static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreu
                  .cap = cap,
                  .rw = need,
                  .state = B_BUSY,
-                 .flags = noreuse ? F_NOREUSE : 0,
+                 .flags = (uint8_t)((noreuse ? F_NOREUSE : 0) | (huge ? F_THP : 0)),
                  .qprev = NIL,
                  .qnext = NIL,
                  .bprev = NIL,
@@ -552,9 +571,10 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
     align = qm__page;
   bool noreuse = need << qm__page_shift >= qm__opt.unmap_threshold_mb << 20;
   if (!noreuse && S.strategy != QM_STRATEGY_UNMAP) {
+    bool trim;
     qm_lock(&S.lock);
     q_age();
-    uint32_t i = q_fit(need, align);
+    uint32_t i = q_fit(need, align, &trim);
     if (i != NIL) {
       q_unlink(i);
       B(i)->state = B_BUSY;
@@ -569,6 +589,10 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       if (!err) {
         if (b->rw < need)
           b->rw = need;
+        if (trim && b->dirty > need &&
+            !qm__range_drop(S.strategy, (void *)(b->usable + (need << qm__page_shift)),
+                            (b->dirty - need) << qm__page_shift))
+          b->dirty = need;
         return hand_out(i, size, need, zero, true);
       }
       discard_block(i);
@@ -741,6 +765,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
                  .dirty = need,
                  .size = size,
                  .state = B_LIVE,
+                 .flags = huge ? F_THP : 0,
                  .qprev = NIL,
                  .qnext = NIL,
                  .bprev = NIL,

@@ -48,31 +48,25 @@ int qm__range_map(int strategy, size_t usable_len, size_t align, size_t rw_len, 
 int qm__range_retire(int strategy, void *p, size_t len, bool *dropped) {
   *dropped = false;
   switch (strategy) {
-  case QM_STRATEGY_PROTECT:
-    return qm_os_protect(p, len, QM_PROT_RW, QM_PROT_NONE);
+  case QM_STRATEGY_NONE:
+    return 0; /* quarantine off: nothing is made inaccessible */
   case QM_STRATEGY_DISCARD:
     *dropped = len != 0;
     return qm_os_replace_none(p, len);
   case QM_STRATEGY_GUARD:
     *dropped = len != 0;
     return qm_os_guard_install(p, len) ? ENOMEM : 0;
-  default:
-    return 0;
+  default: /* protect; unmap, for the tail of a chunk shrunk in place */
+    return qm_os_protect(p, len, QM_PROT_RW, QM_PROT_NONE);
   }
 }
 
+/* Every strategy but guard keeps inaccessible pages PROT_NONE: the tail
+ * of a chunk's capacity past its RW part, under none and unmap too. */
 int qm__range_revive(int strategy, void *p, size_t len) {
-  switch (strategy) {
-  case QM_STRATEGY_PROTECT:
-  case QM_STRATEGY_DISCARD:
-  case QM_STRATEGY_NONE: /* none retires nothing, but pages past a chunk's RW
-                            part (capacity never used yet) are still guard */
-    return qm_os_protect(p, len, QM_PROT_NONE, QM_PROT_RW);
-  case QM_STRATEGY_GUARD:
+  if (strategy == QM_STRATEGY_GUARD)
     return qm_os_guard_remove(p, len) ? ENOMEM : 0;
-  default:
-    return 0;
-  }
+  return qm_os_protect(p, len, QM_PROT_NONE, QM_PROT_RW);
 }
 
 int qm__range_drop(int strategy, void *p, size_t len) {
