@@ -1,0 +1,150 @@
+/* bench.h: what every workload program under bench/ shares: clocks, exact
+ * minor-fault counts, RSS and mapping counts read from /proc without malloc,
+ * a fixed-seed PRNG, command-line parsing and the one result line format.
+ * Header-only (static functions) so each program stays one file plus this.
+ */
+#ifndef QM_BENCH_H
+#define QM_BENCH_H
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "qmalloc.h"
+
+static inline uint64_t bench_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Minor faults of the whole process (every thread): exact. */
+static inline long bench_minflt(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
+}
+
+/* Reads a /proc file into buf with read(2): no stdio, so no malloc that
+ * would disturb the allocator under test. Returns the length or -1. */
+static inline long bench_read_file(const char *path, char *buf, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  size_t n = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf + n, cap - 1 - n);
+    if (r <= 0)
+      break;
+    n += (size_t)r;
+    if (n == cap - 1)
+      break;
+  }
+  close(fd);
+  buf[n] = 0;
+  return (long)n;
+}
+
+/* A "Name:   123 kB" field of a /proc file, in KiB; -1 if absent. */
+static inline long bench_proc_kb(const char *path, const char *name) {
+  char buf[8192];
+  if (bench_read_file(path, buf, sizeof buf) < 0)
+    return -1;
+  size_t len = strlen(name);
+  for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+    if (!strncmp(line, name, len) && line[len] == ':')
+      return strtol(line + len + 1, NULL, 10);
+  return -1;
+}
+
+/* A field of /proc/self/status (VmHWM, VmRSS), in KiB. */
+static inline long bench_status_kb(const char *name) {
+  return bench_proc_kb("/proc/self/status", name);
+}
+
+/* Lines of /proc/self/maps: the mappings the process holds now. */
+static inline long bench_count_maps(void) {
+  char buf[65536];
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  long lines = 0;
+  ssize_t r;
+  while ((r = read(fd, buf, sizeof buf)) > 0)
+    for (ssize_t i = 0; i < r; i++)
+      lines += buf[i] == '\n';
+  close(fd);
+  return lines;
+}
+
+/* splitmix64: a fixed seed gives the same request sequence to every
+ * allocator. */
+static inline uint64_t bench_rand(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1). */
+static inline double bench_unit(uint64_t *s) { return (double)(bench_rand(s) >> 11) * 0x1p-53; }
+
+/* "--name value" as an unsigned number (with an optional k/m/g suffix), or
+ * the default. */
+static inline uint64_t bench_arg_u64(int argc, char **argv, const char *name, uint64_t dflt) {
+  for (int i = 1; i + 1 < argc; i++) {
+    if (strcmp(argv[i], name))
+      continue;
+    char *end;
+    uint64_t v = strtoull(argv[i + 1], &end, 10);
+    if (*end == 'k' || *end == 'K')
+      v <<= 10;
+    else if (*end == 'm' || *end == 'M')
+      v <<= 20;
+    else if (*end == 'g' || *end == 'G')
+      v <<= 30;
+    return v;
+  }
+  return dflt;
+}
+
+static inline const char *bench_arg_str(int argc, char **argv, const char *name, const char *dflt) {
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], name))
+      return argv[i + 1];
+  return dflt;
+}
+
+/* Keeps the compiler from dropping writes to memory that is freed later. */
+static inline void bench_escape(void *p) { __asm__ volatile("" : : "r"(p) : "memory"); }
+
+/* qmalloc's counters when libqmalloc is the allocator (preloaded or linked);
+ * found with dlsym so the programs stay plain malloc programs. */
+typedef void (*bench_qm_stats_fn)(qm_stats_t *);
+
+static inline bench_qm_stats_fn bench_qm_stats_lookup(void) {
+  return (bench_qm_stats_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "qm_stats");
+}
+
+/* Appends qmalloc's syscall and reuse counts between two snapshots. */
+static inline void bench_print_qm_delta(const qm_stats_t *a, const qm_stats_t *b) {
+  printf(" qm_mmap=%llu qm_munmap=%llu qm_mprotect=%llu qm_madvise=%llu qm_mremap=%llu"
+         " qm_reuses=%llu qm_fresh=%llu qm_drops=%llu qm_unmaps=%llu qm_avoided=%llu",
+         (unsigned long long)(b->sys_mmap - a->sys_mmap),
+         (unsigned long long)(b->sys_munmap - a->sys_munmap),
+         (unsigned long long)(b->sys_mprotect - a->sys_mprotect),
+         (unsigned long long)(b->sys_madvise - a->sys_madvise),
+         (unsigned long long)(b->sys_mremap - a->sys_mremap),
+         (unsigned long long)(b->reuses - a->reuses),
+         (unsigned long long)(b->fresh_maps - a->fresh_maps),
+         (unsigned long long)(b->drops - a->drops), (unsigned long long)(b->unmaps - a->unmaps),
+         (unsigned long long)(b->faults_avoided - a->faults_avoided));
+}
+
+#endif

@@ -1,0 +1,133 @@
+/* small_churn.c: small-chunk churn through plain malloc/free. Each thread
+ * keeps L live blocks of fixed-seed uniform sizes in [min, max] bytes and
+ * replaces a random one per op (free, then malloc, then write its first and
+ * last byte); prints one result line: ops/s, faults per op, peak RSS.
+ *
+ * usage: small_churn [--threads T] [--live L] [--ops N] [--max-ms MS]
+ *                    [--warm N] [--min B] [--max B] [--seed S]
+ * --ops and --warm are per thread; the timed phase also stops at --max-ms.
+ */
+#include <pthread.h>
+
+#include "bench.h"
+
+typedef struct worker {
+  pthread_t tid;
+  unsigned id;
+  uint64_t ops_done;
+  int failed;
+} worker_t;
+
+static struct {
+  unsigned threads;
+  size_t live, min, max;
+  uint64_t ops, warm, max_ns, seed;
+  pthread_barrier_t warmed, go, stop, freed;
+  uint64_t t_start;
+} G;
+
+static char *take(uint64_t *rng, uint64_t op) {
+  size_t n = G.min + (size_t)(bench_rand(rng) % (G.max - G.min + 1));
+  char *p = malloc(n);
+  if (p) {
+    p[0] = (char)op;
+    p[n - 1] = (char)op;
+    bench_escape(p);
+  }
+  return p;
+}
+
+static void *run(void *arg) {
+  worker_t *w = arg;
+  uint64_t rng = G.seed ^ ((uint64_t)(w->id + 1) * 0xd1b54a32d192ed03ull);
+  char **slot = calloc(G.live, sizeof *slot);
+  if (!slot)
+    w->failed = 1;
+  for (size_t i = 0; !w->failed && i < G.live; i++)
+    if (!(slot[i] = take(&rng, i)))
+      w->failed = 1;
+  uint64_t op = 0;
+  for (int phase = 0; phase < 2; phase++) {
+    uint64_t limit = w->failed ? 0 : phase ? G.ops : G.warm;
+    if (phase) {
+      pthread_barrier_wait(&G.warmed);
+      pthread_barrier_wait(&G.go);
+    }
+    for (uint64_t k = 0; k < limit; k++, op++) {
+      size_t i = (size_t)(bench_rand(&rng) % G.live);
+      free(slot[i]);
+      if (!(slot[i] = take(&rng, op))) {
+        w->failed = 1;
+        break;
+      }
+      if (phase) {
+        w->ops_done++;
+        if ((k & 1023) == 1023 && bench_now_ns() - G.t_start > G.max_ns)
+          break;
+      }
+    }
+  }
+  pthread_barrier_wait(&G.stop);
+  pthread_barrier_wait(&G.freed);
+  for (size_t i = 0; slot && i < G.live; i++)
+    free(slot[i]);
+  free(slot);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  G.threads = (unsigned)bench_arg_u64(argc, argv, "--threads", 1);
+  G.live = bench_arg_u64(argc, argv, "--live", 10000);
+  G.ops = bench_arg_u64(argc, argv, "--ops", 4000000);
+  G.warm = bench_arg_u64(argc, argv, "--warm", 200000);
+  G.max_ns = bench_arg_u64(argc, argv, "--max-ms", 1000) * 1000000u;
+  G.min = bench_arg_u64(argc, argv, "--min", 8);
+  G.max = bench_arg_u64(argc, argv, "--max", 1024);
+  G.seed = bench_arg_u64(argc, argv, "--seed", 42);
+  if (!G.threads || G.threads > 64 || !G.live || !G.min || G.max < G.min) {
+    fprintf(stderr, "small_churn: bad arguments\n");
+    return 2;
+  }
+  worker_t w[64];
+  memset(w, 0, sizeof w);
+  pthread_barrier_init(&G.warmed, NULL, G.threads + 1);
+  pthread_barrier_init(&G.go, NULL, G.threads + 1);
+  pthread_barrier_init(&G.stop, NULL, G.threads + 1);
+  pthread_barrier_init(&G.freed, NULL, G.threads + 1);
+  for (unsigned i = 0; i < G.threads; i++) {
+    w[i].id = i;
+    if (pthread_create(&w[i].tid, NULL, run, &w[i])) {
+      fprintf(stderr, "small_churn: pthread_create failed\n");
+      return 1;
+    }
+  }
+  pthread_barrier_wait(&G.warmed);
+  long f0 = bench_minflt();
+  uint64_t t0 = bench_now_ns();
+  G.t_start = t0;
+  pthread_barrier_wait(&G.go);
+  pthread_barrier_wait(&G.stop);
+  uint64_t ns = bench_now_ns() - t0;
+  long faults = bench_minflt() - f0;
+  long hwm = bench_status_kb("VmHWM");
+  long maps = bench_count_maps();
+  pthread_barrier_wait(&G.freed);
+  uint64_t ops = 0;
+  int failed = 0;
+  for (unsigned i = 0; i < G.threads; i++) {
+    pthread_join(w[i].tid, NULL);
+    ops += w[i].ops_done;
+    failed |= w[i].failed;
+  }
+  long rss_after = bench_status_kb("VmRSS");
+  if (failed || !ops) {
+    fprintf(stderr, "small_churn: allocation failed\n");
+    return 1;
+  }
+  printf("result bench=small_churn threads=%u live=%zu ops=%llu ns=%llu ops_per_s=%.1f"
+         " minflt=%ld faults_per_op=%.6f peak_rss_kb=%ld rss_after_kb=%ld maps_peak=%ld\n",
+         G.threads, G.live, (unsigned long long)ops, (unsigned long long)ns,
+         (double)ops * 1e9 / (double)ns, faults, (double)faults / (double)ops, hwm, rss_after,
+         maps);
+  return 0;
+}
