@@ -795,7 +795,12 @@ void *qm__large_realloc(void *p, size_t size) {
   size_t need = qm_pages(size);
   if (need <= b->cap) {
     size_t old_rw = b->rw;
-    if (need == old_rw || (need < old_rw && S.strategy == QM_STRATEGY_NONE)) {
+    /* Growth by realloc tends to go on (a buffer appended to): open an
+     * eighth more than asked, within the capacity, so that the next steps
+     * move no guard; that slack counts in the usable size. A shrink within
+     * it, or under strategy none, keeps the pages open too. */
+    size_t open = need + need / 8 < b->cap ? need + need / 8 : b->cap;
+    if ((need <= old_rw && old_rw <= open) || (need < old_rw && S.strategy == QM_STRATEGY_NONE)) {
       S.live_bytes = S.live_bytes - b->size + size;
       b->size = size;
       S.in_place++;
@@ -806,18 +811,19 @@ void *qm__large_realloc(void *p, size_t size) {
     qm_unlock(&S.lock);
     int err;
     bool dropped = false;
+    size_t new_rw = need > old_rw ? open : need;
     if (need > old_rw)
       err = qm__range_revive(S.strategy, (void *)(b->usable + (old_rw << qm__page_shift)),
-                             (need - old_rw) << qm__page_shift);
+                             (new_rw - old_rw) << qm__page_shift);
     else
       err = qm__range_retire(S.strategy, (void *)(b->usable + (need << qm__page_shift)),
                              (old_rw - need) << qm__page_shift, &dropped);
     qm_lock(&S.lock);
     b->state = B_LIVE;
     if (!err) {
-      b->rw = need;
-      if (b->dirty < need)
-        b->dirty = need;
+      b->rw = new_rw;
+      if (b->dirty < new_rw)
+        b->dirty = new_rw;
       S.live_bytes = S.live_bytes - b->size + size;
       b->size = size;
       S.in_place++;
