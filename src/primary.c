@@ -42,6 +42,7 @@ uintptr_t qm__pbase;
 size_t qm__pspan;
 unsigned qm__rshift;
 static central_t central[QM_NCLASS];
+static _Atomic uint64_t pending; /* classes with a purge due (bit c) */
 
 /* Per-class region: 8 GiB (416 GiB of PROT_NONE address space in all, no
  * memory), halved while the kernel refuses, e.g. under a low RLIMIT_AS. */
@@ -108,7 +109,11 @@ static bool commit(unsigned c, size_t upto) {
   return true;
 }
 
+static void purge_pending(void);
+
 unsigned qm__central_take(unsigned c, uintptr_t *out, unsigned want) {
+  if (atomic_load_explicit(&pending, memory_order_relaxed))
+    purge_pending();
   central_t *cl = &central[c];
   size_t size = qm__class[c].size;
   unsigned n = 0;
@@ -205,13 +210,37 @@ void qm__central_give(unsigned c, const uintptr_t *in, unsigned n) {
     cl->nfree++;
   }
   /* a scan costs O(free chunks): run one only when a quarter of the list is
-   * new since the last, so its cost per freed chunk stays constant */
+   * new since the last, so its cost per freed chunk stays constant; too soon
+   * after the last one, leave it pending for the next slow path of any class */
   size_t size = qm__class[c].size;
   cl->given_since_purge += (size_t)n * size;
-  if (cl->given_since_purge >= PURGE_MIN && cl->given_since_purge >= cl->nfree * size / 4 &&
-      now_ns() - cl->last_purge_ns >= qm__opt.release_interval_ms * 1000000u)
-    purge_locked(c);
+  if (cl->given_since_purge >= PURGE_MIN && cl->given_since_purge >= cl->nfree * size / 4) {
+    if (now_ns() - cl->last_purge_ns >= qm__opt.release_interval_ms * 1000000u)
+      purge_locked(c);
+    else
+      atomic_fetch_or_explicit(&pending, (uint64_t)1 << c, memory_order_relaxed);
+  }
   qm_unlock(&cl->lock);
+}
+
+/* Purges the classes left pending whose interval has passed. Memory freed in
+ * one class cannot serve another, so when a program moves from one size to
+ * another, this is what keeps its RSS from holding both. Takes one class
+ * lock at a time, none held by the caller. */
+static void purge_pending(void) {
+  uint64_t now = now_ns(), interval = qm__opt.release_interval_ms * 1000000u;
+  uint64_t bits = atomic_load_explicit(&pending, memory_order_relaxed);
+  while (bits) {
+    unsigned c = (unsigned)__builtin_ctzll(bits);
+    bits &= bits - 1;
+    central_t *cl = &central[c];
+    if (now - cl->last_purge_ns < interval)
+      continue;
+    atomic_fetch_and_explicit(&pending, ~((uint64_t)1 << c), memory_order_relaxed);
+    qm_lock(&cl->lock);
+    purge_locked(c);
+    qm_unlock(&cl->lock);
+  }
 }
 
 size_t qm__primary_purge_all(void) {
