@@ -711,7 +711,7 @@ size_t qm__large_size(void *p) {
  * so the stale pointer faults. Returns the new chunk, or NULL to copy. */
 static void *move_grow(uint32_t old, size_t size, size_t need) {
   block_t *o = B(old);
-  size_t cap = pclass_pages(pclass(need + need / 2));
+  size_t cap = pclass_pages(pclass(need * 2));
   if (cap < need || S.no_dontunmap || !o->rw)
     return NULL;
   bool huge = want_thp(cap);
