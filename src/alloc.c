@@ -260,16 +260,6 @@ QM_EXPORT size_t qm_malloc_usable_size(void *p) {
   return p ? qm__large_usable(p) : 0;
 }
 
-static QM_COLD _Noreturn void size_mismatch(void *p, size_t passed, size_t held) {
-  qm_buf_t d;
-  d.n = 0;
-  qm_buf_str(&d, "passed ");
-  qm_buf_dec(&d, passed);
-  qm_buf_str(&d, " bytes, small chunk holds ");
-  qm_buf_dec(&d, held);
-  qm__report_fatal_buf("size mismatch in free_sized of", p, &d);
-}
-
 QM_EXPORT void qm_free_aligned_sized(void *p, size_t align, size_t size) {
   uintptr_t off = (uintptr_t)p - qm__pbase;
   if (off < qm__pspan) {
@@ -282,7 +272,7 @@ QM_EXPORT void qm_free_aligned_sized(void *p, size_t align, size_t size) {
     if (size > class_user(c) - qm_hdr_offset(w) ||
         (size != held && qm_class_of(size) != qm_class_of(held)) ||
         (align > QM_MIN_ALIGN && ((uintptr_t)p & (align - 1))))
-      size_mismatch(p, size, held);
+      qm__report_size_mismatch(p, size, "small", held);
     small_release(ch, c, w);
     return;
   }

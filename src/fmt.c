@@ -18,6 +18,11 @@ void qm_buf_str(qm_buf_t *b, const char *s) {
     put(b, *s++);
 }
 
+void qm_buf_mem(qm_buf_t *b, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    put(b, s[i]);
+}
+
 void qm_buf_dec(qm_buf_t *b, uint64_t v) {
   char t[24];
   int i = 0;

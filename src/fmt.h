@@ -14,6 +14,7 @@ typedef struct qm_buf {
 } qm_buf_t;
 
 void qm_buf_str(qm_buf_t *b, const char *s);
+void qm_buf_mem(qm_buf_t *b, const char *s, size_t n); /* n bytes, NULs and all */
 void qm_buf_dec(qm_buf_t *b, uint64_t v);
 void qm_buf_sdec(qm_buf_t *b, int64_t v);
 void qm_buf_hex(qm_buf_t *b, uint64_t v); /* 0x-prefixed */

@@ -49,10 +49,7 @@ static void put_choice(qm_buf_t *b, const char *choices, uint64_t idx) {
     const char *e = strchr(s, '|');
     size_t len = e ? (size_t)(e - s) : strlen(s);
     if (!idx) {
-      for (size_t i = 0; i < len; i++) {
-        char one[2] = {s[i], 0};
-        qm_buf_str(b, one);
-      }
+      qm_buf_mem(b, s, len);
       return;
     }
     if (!e)
@@ -73,10 +70,7 @@ const char *qm__options_choice(const char *choices, uint64_t index, char *buf, i
 }
 
 static void put_n(qm_buf_t *b, const char *s, size_t n) {
-  for (size_t i = 0; i < n && i < 80; i++) {
-    char one[2] = {s[i], 0};
-    qm_buf_str(b, one);
-  }
+  qm_buf_mem(b, s, n < 80 ? n : 80);
   if (n > 80)
     qm_buf_str(b, "...");
 }

@@ -21,10 +21,7 @@ static void emit_error(const char *what, const void *ptr, const char *details, s
   }
   if (details && dlen) {
     qm_buf_str(&b, " (");
-    for (size_t i = 0; i < dlen; i++) {
-      char one[2] = {details[i], 0};
-      qm_buf_str(&b, one);
-    }
+    qm_buf_mem(&b, details, dlen);
     qm_buf_str(&b, ")");
   }
   qm_buf_str(&b, "\n");
@@ -85,23 +82,31 @@ _Noreturn void qm__check_failed(const char *file, int line, const char *what, ui
   die();
 }
 
-void qm__warn(const char *line) {
-  qm_buf_t b;
-  b.n = 0;
-  qm_buf_str(&b, "qmalloc: WARNING: ");
-  qm_buf_str(&b, line);
-  qm_buf_str(&b, "\n");
-  qm_buf_flush(&b, STDERR_FILENO);
-}
-
 void qm__warn_buf(qm_buf_t *line) {
   qm_buf_t b;
   b.n = 0;
   qm_buf_str(&b, "qmalloc: WARNING: ");
-  for (size_t i = 0; i < line->n; i++) {
-    char one[2] = {line->s[i], 0};
-    qm_buf_str(&b, one);
-  }
+  qm_buf_mem(&b, line->s, line->n);
   qm_buf_str(&b, "\n");
   qm_buf_flush(&b, STDERR_FILENO);
+}
+
+void qm__warn(const char *line) {
+  qm_buf_t b;
+  b.n = 0;
+  qm_buf_str(&b, line);
+  qm__warn_buf(&b);
+}
+
+_Noreturn void qm__report_size_mismatch(const void *ptr, size_t passed, const char *kind,
+                                        size_t held) {
+  qm_buf_t d;
+  d.n = 0;
+  qm_buf_str(&d, "passed ");
+  qm_buf_dec(&d, passed);
+  qm_buf_str(&d, " bytes, ");
+  qm_buf_str(&d, kind);
+  qm_buf_str(&d, " chunk holds ");
+  qm_buf_dec(&d, held);
+  qm__report_fatal_buf("size mismatch in free_sized of", ptr, &d);
 }

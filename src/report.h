@@ -20,6 +20,11 @@ _Noreturn void qm__report_fatal_buf(const char *what, const void *ptr, qm_buf_t 
 _Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t len,
                                      int err) QM_COLD;
 
+/* free_sized() with a size the chunk (kind "small" or "large") cannot
+ * have been allocated with. */
+_Noreturn void qm__report_size_mismatch(const void *ptr, size_t passed, const char *kind,
+                                        size_t held) QM_COLD;
+
 /* "qmalloc: WARNING: <line>" on stderr; never fatal. */
 void qm__warn(const char *line) QM_COLD;
 void qm__warn_buf(qm_buf_t *line) QM_COLD;

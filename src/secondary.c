@@ -665,14 +665,9 @@ void qm__large_free(void *p, size_t check_size, size_t check_align) {
   if (check_size != SIZE_MAX &&
       (check_size > b->rw << qm__page_shift || (check_align && (b->usable & (check_align - 1))) ||
        qm_pages(check_size ? check_size : 1) != qm_pages(b->size))) {
-    qm_buf_t d;
-    d.n = 0;
-    qm_buf_str(&d, "passed ");
-    qm_buf_dec(&d, check_size);
-    qm_buf_str(&d, " bytes, large chunk holds ");
-    qm_buf_dec(&d, b->size);
+    size_t held = b->size;
     qm_unlock(&S.lock);
-    qm__report_fatal_buf("size mismatch in free_sized of", p, &d);
+    qm__report_size_mismatch(p, check_size, "large", held);
   }
   b->state = B_BUSY;
   S.frees++;
@@ -985,10 +980,7 @@ static void on_segv(int sig, siginfo_t *si, void *ctx) {
   qm_buf_str(&line, " ");
   qm_buf_hex(&line, a);
   qm_buf_str(&line, " (");
-  for (size_t i = 0; i < d.n; i++) {
-    char one[2] = {d.s[i], 0};
-    qm_buf_str(&line, one);
-  }
+  qm_buf_mem(&line, d.s, d.n);
   qm_buf_str(&line, ")\n");
   qm_buf_flush(&line, 2);
 }

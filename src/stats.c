@@ -123,10 +123,7 @@ QM_EXPORT int qm_describe(const void *addr, char *buf, size_t cap) {
   if (ok) {
     qm_buf_str(&out, what);
     qm_buf_str(&out, ": ");
-    for (size_t i = 0; i < d.n; i++) {
-      char one[2] = {d.s[i], 0};
-      qm_buf_str(&out, one);
-    }
+    qm_buf_mem(&out, d.s, d.n);
   } else {
     qm_buf_str(&out, "not in memory qmalloc manages");
   }
