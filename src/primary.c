@@ -67,6 +67,7 @@ int qm__primary_init(void) {
   for (size_t i = 0; i <= QM_CLASS_TAB_MAX / 16; i++)
     qm__class_tab[i] = (uint8_t)qm_class_of_calc(i * 16);
   for (unsigned c = 0; c < QM_NCLASS; c++) {
+    qm_lock_reinit(&central[c].lock); /* before any thread can use it */
     size_t size = user_size_of(c) + QM_HDR;
     QM_CHECK_OP(qm_class_of(user_size_of(c)), ==, c);
     qm__class[c].size = (uint32_t)size;
