@@ -343,7 +343,9 @@ TEST_F(Large, ReallocMovesPagesNotBytes) {
   ASSERT_NE(q, p);
   EXPECT_EQ(sum, static_cast<long>(MiB / 512)) << "content kept";
   EXPECT_EQ(stats().realloc_moved, before.realloc_moved + 1);
-  EXPECT_LE(faults, 4) << "the old pages were moved by mremap, not copied";
+  // a copy would fault all 256 pages; moved, none (ASan's shadow of the new
+  // range faults about 32)
+  EXPECT_LE(faults, 64) << "the old pages were moved by mremap, not copied";
   std::memset(q, 0, 8 * MiB);
   EXPECT_EXIT(poke(p, 100), testing::KilledBySignal(SIGSEGV), uaf_regex("write", 100, MiB));
   qm_free(q);
