@@ -94,7 +94,9 @@ QM_INLINE uintptr_t small_check(const char *op, void *p, uintptr_t off, unsigned
 /* A small chunk for n bytes aligned to align (<= 16: the natural alignment).
  * Falls back to larger classes when a class's region is exhausted. */
 static void *small_alloc(size_t n, size_t align) {
-  size_t req = align > QM_MIN_ALIGN ? n + align - QM_MIN_ALIGN : n;
+  /* room for the offset; n = 0 counts as 1, or the aligned pointer could
+   * land on the next chunk's header */
+  size_t req = align > QM_MIN_ALIGN ? (n ? n : 1) + align - QM_MIN_ALIGN : n;
   for (unsigned c = qm_class_of(req); c < QM_NCLASS; c++) {
     qm_bin_t *b = &qm__bin[c];
     uintptr_t ch = b->count ? b->slot[--b->count] : qm__cache_take_slow(c);
@@ -156,7 +158,10 @@ QM_EXPORT void qm_free(void *p) {
      * load is in flight: the header's line is often cold, and the boundary
      * needs a multiply; the two now overlap instead of adding up. */
     uintptr_t h = (off & region_mask()) - QM_HDR;
-    if (QM_LIKELY(h < atomic_load_explicit(&qm__class[c].committed, memory_order_relaxed))) {
+    /* 16-aligned and below the committed end: the 8-byte load stays in RW
+     * memory even for a bad pointer (committed is page-aligned) */
+    if (QM_LIKELY(!(a & (QM_MIN_ALIGN - 1)) &&
+                  h < atomic_load_explicit(&qm__class[c].committed, memory_order_relaxed))) {
       uintptr_t ch = a - QM_HDR;
       uint64_t w = *(uint64_t *)ch;
       if (QM_LIKELY(qm_chunk_index(h, c) * qm__class[c].size == h &&

@@ -78,16 +78,23 @@ static void fork_child(void) {
   qm__large_fork_child();
 }
 
+static __thread bool initializing __attribute__((tls_model("initial-exec")));
+
 void qm__init_slow(void) {
   int expected = 0;
   if (!__atomic_compare_exchange_n(&init_state, &expected, 1, false, __ATOMIC_ACQ_REL,
                                    __ATOMIC_ACQUIRE)) {
-    /* another thread initialises; nothing in init calls back into malloc,
-     * so this is never the same thread */
+    /* Called back from inside init on this thread: only a
+     * qmalloc_default_options() that allocates does that. Its requests are
+     * served as large chunks (small_limit is still 0), which need nothing
+     * of the primary. */
+    if (initializing)
+      return;
     while (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) != 2)
-      sched_yield();
+      sched_yield(); /* another thread initialises */
     return;
   }
+  initializing = true;
   qm__init_page_size();
   qm__options_init();
   qm__secret = make_secret();
@@ -97,6 +104,7 @@ void qm__init_slow(void) {
   /* else every request goes to the secondary: slow, but correct */
   __atomic_store_n(&qm__init_done, 1, __ATOMIC_RELEASE);
   __atomic_store_n(&init_state, 2, __ATOMIC_RELEASE);
+  initializing = false;
   /* these may allocate: done after init is visible, so they recurse safely */
   qm__cache_init();
   pthread_atfork(fork_prepare, fork_parent, fork_child);

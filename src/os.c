@@ -96,16 +96,6 @@ int qm_os_protect(void *p, size_t len, qm_prot_t from, qm_prot_t to) {
   return mprotect(p, len, pr) ? check("mprotect", p, len, false, saved) : 0;
 }
 
-int qm_os_replace_none(void *p, size_t len) {
-  if (!len)
-    return 0;
-  check_range(p, len);
-  COUNT(mmap);
-  int saved = errno;
-  void *r = mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-  return r == MAP_FAILED ? check("mmap(MAP_FIXED)", p, len, false, saved) : 0;
-}
-
 static int advise(void *p, size_t len, int advice, const char *name, bool einval_ok) {
   if (!len)
     return 0;

@@ -31,10 +31,6 @@ int qm_os_unmap(void *p, size_t len);
 /* Changes the protection of [p, p+len) from `from` to `to`; no syscall when
  * they are equal or len is 0. */
 int qm_os_protect(void *p, size_t len, qm_prot_t from, qm_prot_t to);
-/* Replaces [p, p+len) with a fresh PROT_NONE mapping: drops the pages and
- * protects in one call. On failure the range may be partly unmapped (the
- * kernel unmaps before it maps): the caller must unmap the rest. */
-int qm_os_replace_none(void *p, size_t len);
 int qm_os_dontneed(void *p, size_t len);  /* pages dropped now; zero on refault */
 int qm_os_free_lazy(void *p, size_t len); /* MADV_FREE: dropped under pressure */
 int qm_os_nohugepage(void *p, size_t len);

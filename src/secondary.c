@@ -25,7 +25,7 @@
 
 #define NIL UINT32_MAX
 #define NBINS 160
-#define MAX_RECORDS ((size_t)1 << 20)
+#define MAX_RECORDS ((size_t)1 << 20) /* the most chunks the mapping cap allows, and more */
 #define VICTIMS 32
 
 enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
@@ -52,7 +52,7 @@ static struct {
   int strategy;
   bool fast; /* the kernel keeps protect-strategy reuse fault-free */
   block_t *blk;
-  size_t nblk, blk_committed; /* records in use (high water), records RW */
+  size_t nblk, blk_committed, blk_max; /* records in use (high water), RW, reserved */
   uint32_t free_rec;
   slot_t *tab;
   size_t tab_cap, tab_used;
@@ -102,13 +102,30 @@ static bool want_thp(size_t cap_pages) {
 
 /* ---- the record table and the address -> record hash (under S.lock) ---- */
 
+/* Reserves the record table: as large as the address space allows, down to
+ * 2048 records under a tight RLIMIT_AS. Retried on later allocations if it
+ * failed at start-up, so one ENOMEM does not disable large chunks for good. */
+static bool blk_reserve(void) {
+  for (size_t n = MAX_RECORDS; n >= 2048; n /= 8) {
+    void *p;
+    if (qm_os_map(qm_page_up(n * sizeof(block_t)), 0, QM_PROT_NONE, &p) == 0) {
+      S.blk_max = n;
+      S.blk = p;
+      return true;
+    }
+  }
+  return false;
+}
+
 static uint32_t rec_alloc(void) {
+  if (!S.blk && !blk_reserve())
+    return NIL;
   if (S.free_rec != NIL) {
     uint32_t i = S.free_rec;
     S.free_rec = B(i)->qnext;
     return i;
   }
-  if (S.nblk == MAX_RECORDS)
+  if (S.nblk == S.blk_max)
     return NIL;
   if (S.nblk == S.blk_committed) {
     size_t step = (64 << 10) / sizeof(block_t);
@@ -204,6 +221,8 @@ static void set_vmas(block_t *b, bool live) {
 
 static void bin_insert(uint32_t i) {
   block_t *b = B(i);
+  if (b->flags & F_INBIN)
+    return;
   unsigned c = pclass(b->cap);
   b->bprev = NIL;
   b->bnext = S.bin[c];
@@ -264,14 +283,19 @@ static void q_unlink(uint32_t i) {
 /* Moves every chunk that has aged enough (min frees and min bytes freed
  * after it) into the bins where allocation looks. FIFO order makes the aged
  * chunks a prefix of the quarantine. */
+static bool aged(const block_t *b) {
+  if (S.strategy == QM_STRATEGY_NONE)
+    return true;
+  return S.frees - b->seq >= qm__opt.quarantine_min_frees &&
+         S.freed_bytes - b->mark >= qm__opt.quarantine_min_mb << 20;
+}
+
 static void q_age(void) {
-  bool none = S.strategy == QM_STRATEGY_NONE;
-  uint64_t min_frees = none ? 0 : qm__opt.quarantine_min_frees;
-  uint64_t min_bytes = none ? 0 : qm__opt.quarantine_min_mb << 20;
   while (S.age != NIL) {
     block_t *b = B(S.age);
-    if (S.frees - b->seq < min_frees || S.freed_bytes - b->mark < min_bytes)
+    if (!aged(b))
       break;
+    /* a chunk BUSY being dropped is binned when it comes back */
     if (!(b->flags & F_NOREUSE) && b->state == B_QUAR)
       bin_insert(S.age);
     S.age = b->qnext;
@@ -319,6 +343,27 @@ static uint32_t q_fit(size_t need, size_t align) {
   return best;
 }
 
+/* Takes a BUSY chunk's address out of the table before its mapping goes
+ * (under S.lock): once munmap returns, mmap may hand the same address to
+ * another thread, whose chunk must not meet this record. The record itself
+ * is released after the munmap (unmapped()). */
+static void forget(uint32_t i) {
+  block_t *b = B(i);
+  S.maps -= b->vmas;
+  b->vmas = 0;
+  S.mapped_bytes -= b->span;
+  tab_remove(b->usable);
+}
+
+/* Unmaps a forgotten chunk; where even that is refused (a VMA split at the
+ * mapping cap), its pages at least are dropped: the address space stays
+ * lost, the memory does not. Without the lock. */
+static void unmap_forgotten(uint32_t i) {
+  block_t *b = B(i);
+  if (qm_os_unmap((void *)b->base, b->span))
+    qm_os_dontneed((void *)b->usable, b->cap << qm__page_shift);
+}
+
 /* ---- victims: chunks leaving the quarantine (unmapped) or losing their
  * pages (dropped), chosen under the lock, worked on outside it ---- */
 
@@ -333,6 +378,7 @@ static bool take_unmap_victim(victims_t *v) {
       continue;
     q_unlink(i);
     B(i)->state = B_BUSY;
+    forget(i);
     v->unmap[v->nunmap++] = i;
     return true;
   }
@@ -360,20 +406,9 @@ static bool q_enforce(victims_t *v, size_t extra_maps) {
   return v->nunmap == VICTIMS || v->ndrop == VICTIMS;
 }
 
-/* Forgets a chunk whose mapping is gone or about to be (under S.lock). */
-static void forget(uint32_t i) {
-  block_t *b = B(i);
-  S.maps -= b->vmas;
-  S.mapped_bytes -= b->span;
-  tab_remove(b->usable);
-  rec_free(i);
-}
-
 static void process_victims(victims_t *v) {
-  for (unsigned k = 0; k < v->nunmap; k++) {
-    block_t *b = B(v->unmap[k]);
-    qm_os_unmap((void *)b->base, b->span);
-  }
+  for (unsigned k = 0; k < v->nunmap; k++)
+    unmap_forgotten(v->unmap[k]);
   for (unsigned k = 0; k < v->ndrop; k++) {
     block_t *b = B(v->drop[k]);
     qm__range_drop(S.strategy, (void *)b->usable, b->dirty << qm__page_shift);
@@ -382,11 +417,13 @@ static void process_victims(victims_t *v) {
     return;
   qm_lock(&S.lock);
   for (unsigned k = 0; k < v->nunmap; k++)
-    forget(v->unmap[k]);
+    rec_free(v->unmap[k]);
   for (unsigned k = 0; k < v->ndrop; k++) {
     block_t *b = B(v->drop[k]);
     b->dirty = 0;
     b->state = B_QUAR;
+    if (!(b->flags & F_NOREUSE) && aged(b)) /* q_age may have passed it */
+      bin_insert(v->drop[k]);
   }
   S.unmaps += v->nunmap;
   S.drops += v->ndrop;
@@ -437,9 +474,7 @@ static void ensure_ready(void) {
     S.qhead = S.qtail = S.age = S.free_rec = NIL;
     for (unsigned c = 0; c < NBINS; c++)
       S.bin[c] = NIL;
-    void *p;
-    if (qm_os_map(qm_page_up(MAX_RECORDS * sizeof(block_t)), 0, QM_PROT_NONE, &p) == 0)
-      S.blk = p;
+    blk_reserve();
     long long sys = qm_os_read_number("/proc/sys/vm/max_map_count");
     if (sys <= 0)
       sys = 65530;
@@ -475,8 +510,10 @@ static size_t hand_out_locked(uint32_t i, size_t size, size_t need, bool reused)
   size_t nonzero = b->dirty << qm__page_shift;
   if (reused && S.strategy == QM_STRATEGY_PROTECT && S.fast)
     S.avoided += b->dirty < need ? b->dirty : need;
-  if (b->dirty < need)
-    b->dirty = need;
+  /* every page open to the user may be written, and stays counted until its
+   * pages are dropped: calloc on a later reuse relies on it */
+  if (b->dirty < b->rw)
+    b->dirty = b->rw;
   b->size = size;
   b->state = B_LIVE;
   set_vmas(b, true);
@@ -513,7 +550,7 @@ static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreu
   if (err)
     return fail_enomem();
   qm_lock(&S.lock);
-  uint32_t i = S.blk && tab_reserve() ? rec_alloc() : NIL;
+  uint32_t i = tab_reserve() ? rec_alloc() : NIL;
   if (i == NIL) {
     qm_unlock(&S.lock);
     qm_os_unmap((void *)r.base, r.span);
@@ -541,24 +578,13 @@ static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreu
 /* Unmaps a BUSY chunk whose protection could not be changed, and forgets
  * it: never leave a chunk half-protected. */
 static void discard_block(uint32_t i) {
-  block_t *b = B(i);
-  int err = qm_os_unmap((void *)b->base, b->span);
   qm_lock(&S.lock);
-  if (err) {
-    /* even munmap needs a VMA split here: keep the record so the address
-     * stays known, with its pages dropped */
-    qm_unlock(&S.lock);
-    qm_os_dontneed((void *)b->usable, b->cap << qm__page_shift);
-    qm_lock(&S.lock);
-    b->rw = b->cap;
-    b->dirty = 0;
-    b->state = B_QUAR;
-    b->flags |= F_NOREUSE;
-    q_append(i);
-  } else {
-    forget(i);
-    S.unmaps++;
-  }
+  forget(i);
+  qm_unlock(&S.lock);
+  unmap_forgotten(i);
+  qm_lock(&S.lock);
+  rec_free(i);
+  S.unmaps++;
   qm_unlock(&S.lock);
 }
 
@@ -642,6 +668,16 @@ static uint32_t find_live_locked(void *p, const char *what) {
   return i;
 }
 
+/* Whether a chunk just freed goes straight to munmap rather than into the
+ * quarantine (under S.lock): strategy unmap, no quarantine, a never-reused
+ * chunk with the quarantine off, or the mapping budget reached. */
+static bool unmap_on_free(const block_t *b) {
+  bool none = S.strategy == QM_STRATEGY_NONE;
+  return S.strategy == QM_STRATEGY_UNMAP || !qm__opt.quarantine_max_chunks ||
+         (none && b->flags & F_NOREUSE) ||
+         S.maps - b->vmas + qm__range_vmas(S.strategy, none) > S.map_budget;
+}
+
 /* Whether the quarantine is past one of its limits (under S.lock). */
 static bool q_over(void) {
   return S.qcount > qm__opt.quarantine_max_chunks || S.maps > S.map_budget ||
@@ -684,11 +720,7 @@ static void retire_block(uint32_t i, bool unmap_now) {
       enforce(0);
     return;
   }
-  qm_os_unmap((void *)b->base, b->span);
-  qm_lock(&S.lock);
-  forget(i);
-  S.unmaps++;
-  qm_unlock(&S.lock);
+  discard_block(i);
 }
 
 void qm__large_free(void *p, size_t check_size, size_t check_align) {
@@ -698,7 +730,7 @@ void qm__large_free(void *p, size_t check_size, size_t check_align) {
   block_t *b = B(i);
   if (check_size != SIZE_MAX &&
       (check_size > b->rw << qm__page_shift || (check_align && (b->usable & (check_align - 1))) ||
-       qm_pages(check_size ? check_size : 1) != qm_pages(b->size))) {
+       qm_pages(check_size ? check_size : 1) != qm_pages(b->size ? b->size : 1))) {
     size_t held = b->size;
     qm_unlock(&S.lock);
     qm__report_size_mismatch(p, check_size, "large", held);
@@ -708,10 +740,7 @@ void qm__large_free(void *p, size_t check_size, size_t check_align) {
   S.freed_bytes += b->size;
   S.live--;
   S.live_bytes -= b->size;
-  bool none = S.strategy == QM_STRATEGY_NONE;
-  bool unmap_now = S.strategy == QM_STRATEGY_UNMAP || !qm__opt.quarantine_max_chunks ||
-                   (none && b->flags & F_NOREUSE) ||
-                   S.maps - b->vmas + qm__range_vmas(S.strategy, none) > S.map_budget;
+  bool none = S.strategy == QM_STRATEGY_NONE, unmap_now = unmap_on_free(b);
   if (none && !unmap_now) { /* nothing to retire: straight in, one lock */
     bool over = q_enter(i, false);
     qm_unlock(&S.lock);
@@ -750,59 +779,68 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
   size_t cap = pclass_pages(pclass(need * 2));
   if (cap < need || S.no_dontunmap || !o->rw)
     return NULL;
+  /* the record first: once the pages have moved, the way back could fail */
+  qm_lock(&S.lock);
+  uint32_t i = tab_reserve() ? rec_alloc() : NIL;
+  if (i != NIL)
+    B(i)->state = B_BUSY;
+  qm_unlock(&S.lock);
+  if (i == NIL)
+    return NULL;
   bool huge = want_thp(cap);
   qm_range_t r;
-  if (qm__range_map(S.strategy, cap << qm__page_shift, huge ? S.thp_size : 0, 0, huge, &r))
-    return NULL;
-  uintptr_t usable = r.usable;
+  int err = qm__range_map(S.strategy, cap << qm__page_shift, huge ? S.thp_size : 0, 0, huge, &r);
   size_t moved = o->rw << qm__page_shift;
-  int err =
-      qm__range_revive(S.strategy, (void *)(usable + moved), (need << qm__page_shift) - moved);
-  if (!err)
-    err = qm_os_move((void *)o->usable, moved, (void *)usable, true);
+  if (!err) {
+    err =
+        qm__range_revive(S.strategy, (void *)(r.usable + moved), (need << qm__page_shift) - moved);
+    if (!err)
+      err = qm_os_move((void *)o->usable, moved, (void *)r.usable, true);
+    if (err)
+      qm_os_unmap((void *)r.base, r.span);
+  }
   if (err) {
     if (err == EINVAL)
       S.no_dontunmap = true; /* before Linux 5.7: copy from now on */
-    qm_os_unmap((void *)r.base, r.span);
-    return NULL;
-  }
-  qm_lock(&S.lock);
-  uint32_t i = tab_reserve() ? rec_alloc() : NIL;
-  if (i == NIL) {
-    /* cannot record the new chunk: put the pages back where they were */
+    qm_lock(&S.lock);
+    rec_free(i);
     qm_unlock(&S.lock);
-    QM_CHECK(qm_os_move((void *)usable, moved, (void *)o->usable, false) == 0);
-    qm_os_unmap((void *)r.base, r.span);
     return NULL;
   }
+  bool noreuse = cap << qm__page_shift >= qm__opt.unmap_threshold_mb << 20;
+  qm_lock(&S.lock);
   block_t *b = B(i);
   *b = (block_t){.base = r.base,
-                 .usable = usable,
+                 .usable = r.usable,
                  .span = r.span,
                  .cap = cap,
                  .rw = need,
                  .dirty = need,
                  .size = size,
                  .state = B_LIVE,
+                 .flags = noreuse ? F_NOREUSE : 0,
                  .qprev = NIL,
                  .qnext = NIL,
                  .bprev = NIL,
                  .bnext = NIL};
   set_vmas(b, true);
-  tab_insert(usable, i);
+  tab_insert(r.usable, i);
   S.mapped_bytes += r.span;
   S.fresh++;
   S.moved++;
+  S.allocs++;
+  S.live++;
   S.live_bytes += size;
-  /* the old chunk is freed: it is empty now (its pages moved) */
-  o->dirty = 0;
+  /* the old chunk is freed; its range is mapped and empty now, but pages
+   * past its RW part (a shrink's tail) may still hold data: dirty stays */
   S.frees++;
   S.freed_bytes += o->size;
   S.live--;
   S.live_bytes -= o->size;
+  bool unmap_now = unmap_on_free(o);
   qm_unlock(&S.lock);
-  retire_block(old, false);
-  return (void *)usable;
+  retire_block(old, unmap_now);
+  return (void *)r.usable;
 }
 
 void *qm__large_realloc(void *p, size_t size) {
@@ -992,9 +1030,10 @@ bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
 }
 
 static void on_segv(int sig, siginfo_t *si, void *ctx) {
-  (void)sig;
-  if (si->si_code <= 0) /* sent by kill() or the like: not a memory fault */
+  if (si->si_code <= 0) { /* sent by kill() or raise(): deliver it as sent */
+    raise(sig);           /* SA_RESETHAND restored the default action */
     return;
+  }
   uintptr_t a = (uintptr_t)si->si_addr;
   qm_buf_t d;
   d.n = 0;

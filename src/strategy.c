@@ -1,8 +1,9 @@
 /* strategy.c: the retire / revive / drop primitives of each strategy.
  * protect keeps pages (cheap reuse where mprotect(RW) restores write access
- * without faults, Linux 6.0+ commit 64fe24a3e05e); discard and guard drop
- * them (no memory held, a zero-fill fault per page touched on reuse); none
- * leaves the chunk RW. unmap never retires a range: the secondary unmaps.
+ * without faults, Linux 6.0+ commit 64fe24a3e05e); discard (mprotect NONE,
+ * then MADV_DONTNEED) and guard drop them (no memory held, a zero-fill
+ * fault per page touched on reuse); none leaves the chunk RW. unmap retires
+ * only the tail of a chunk shrunk in place: the secondary unmaps the rest.
  */
 #include "strategy.h"
 
@@ -50,9 +51,16 @@ int qm__range_retire(int strategy, void *p, size_t len, bool *dropped) {
   switch (strategy) {
   case QM_STRATEGY_NONE:
     return 0; /* quarantine off: nothing is made inaccessible */
-  case QM_STRATEGY_DISCARD:
-    *dropped = len != 0;
-    return qm_os_replace_none(p, len);
+  case QM_STRATEGY_DISCARD: {
+    /* protect first, then drop: no window where a dangling write refaults a
+     * page, and unlike a MAP_FIXED replacement neither call can fail
+     * halfway with the range partly unmapped (and then taken by someone) */
+    int err = qm_os_protect(p, len, QM_PROT_RW, QM_PROT_NONE);
+    if (!err)
+      err = qm_os_dontneed(p, len);
+    *dropped = !err && len;
+    return err;
+  }
   case QM_STRATEGY_GUARD:
     *dropped = len != 0;
     return qm_os_guard_install(p, len) ? ENOMEM : 0;
@@ -80,11 +88,10 @@ int qm__range_drop(int strategy, void *p, size_t len) {
 }
 
 unsigned qm__range_vmas(int strategy, bool live) {
-  if (strategy == QM_STRATEGY_GUARD)
-    return 1;
-  /* guard | RW | rest-and-guard while live. Retired by protect, the range
-   * keeps VM_ACCOUNT (set when it was made writable) and so never merges
-   * with its never-writable guards: still three. A discarded range is a
-   * fresh PROT_NONE mapping that merges with them: one. */
-  return live || strategy != QM_STRATEGY_DISCARD ? 3 : 1;
+  (void)live;
+  /* guard markers split nothing. Otherwise guard | RW | rest-and-guard while
+   * live, and still three once retired: the range keeps VM_ACCOUNT (set
+   * when it was made writable) and so never merges with its never-writable
+   * guards. Adjacent chunks' guards may merge: an upper bound. */
+  return strategy == QM_STRATEGY_GUARD ? 1 : 3;
 }

@@ -30,7 +30,7 @@ int qm__range_retire(int strategy, void *p, size_t len, bool *dropped);
 int qm__range_revive(int strategy, void *p, size_t len);
 /* Drops the pages of a retired range; it stays inaccessible. */
 int qm__range_drop(int strategy, void *p, size_t len);
-/* How many VMAs a mapping holds: live (some RW pages) or retired. */
+/* How many VMAs a chunk's mapping holds at most: live or retired. */
 unsigned qm__range_vmas(int strategy, bool live);
 
 #endif

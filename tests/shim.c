@@ -32,6 +32,9 @@ void qmt_quarantine_flush(void) { qm__large_flush(); }
 unsigned qmt_nclasses(void) { return QM_NCLASS; }
 unsigned qmt_class_of(size_t n) { return qm_class_of(n); }
 size_t qmt_class_user_size(unsigned c) { return qm__class[c].size - QM_HDR; }
+uintptr_t qmt_committed_end(unsigned c) {
+  return qm__pbase + ((uintptr_t)c << qm__rshift) + atomic_load(&qm__class[c].committed);
+}
 int qmt_is_small(const void *p) { return (uintptr_t)p - qm__pbase < qm__pspan; }
 
 long qmt_minflt(void) {

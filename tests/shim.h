@@ -23,6 +23,8 @@ void qmt_options_init(void);
 unsigned qmt_nclasses(void);
 unsigned qmt_class_of(size_t n);
 size_t qmt_class_user_size(unsigned c);
+/* The first byte of class c's region that is not committed (PROT_NONE). */
+uintptr_t qmt_committed_end(unsigned c);
 /* 1 if p lies in the small-chunk heap. */
 int qmt_is_small(const void *p);
 

@@ -93,6 +93,28 @@ TEST(PrimaryDeathTest, NeverAllocatedChunkIsAnInvalidFree) {
   qm_free(p);
 }
 
+// A bad pointer just past a class's committed memory: reported, never a
+// stray read of the PROT_NONE page behind it.
+TEST(PrimaryDeathTest, PointerAtTheCommittedEndIsReportedNotFaulted) {
+  void *p = qm_malloc(32);
+  uintptr_t end = qmt_committed_end(qmt_class_of(32));
+  for (uintptr_t bad : {end + 9, end + 16, end - 7}) {
+    EXPECT_DEATH(qm_free(reinterpret_cast<void *>(bad)), "^" QM_ERR "invalid free of " HEX);
+  }
+  qm_free(p);
+}
+
+TEST(Primary, OverAlignedZeroSizeStaysInItsChunk) {
+  for (size_t align = 32; align <= 4096; align *= 2) {
+    void *p = qm_memalign(align, 0);
+    void *q = nullptr;
+    ASSERT_EQ(qm_posix_memalign(&q, align, 0), 0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % align, 0u);
+    qm_free(p); // reported "invalid free" when the pointer sat on the next chunk
+    qm_free(q);
+  }
+}
+
 TEST(PrimaryDeathTest, ForeignPointerIsAnInvalidFree) {
   static char not_heap[64];
   EXPECT_DEATH(qm_free(not_heap + 16),

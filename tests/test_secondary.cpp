@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "util.h"
@@ -329,6 +330,53 @@ TEST_F(Large, ReallocStepsAreAmortized) {
   qm_free(p);
 }
 
+// A shrink leaves data in the tail pages it closes; a later move must not
+// count the old chunk as clean, or calloc hands out that data.
+TEST_F(Large, CallocAfterShrinkAndMoveIsZero) {
+  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  char *p = static_cast<char *>(qm_malloc(600 * KiB));
+  std::memset(p, 0xaa, 600 * KiB);
+  p = static_cast<char *>(qm_realloc(p, 200 * KiB));
+  p = static_cast<char *>(qm_realloc(p, 2 * MiB));
+  char *q = static_cast<char *>(qm_calloc(1, 600 * KiB));
+  EXPECT_TRUE(all_bytes(q, 600 * KiB, 0));
+  qm_free(q);
+  qm_free(p);
+}
+
+// Frees that unmap at once, from several threads: an address unmapped by
+// one may come back from mmap to another at any moment.
+TEST_F(Large, UnmappingFreesRaceNoFalseDoubleFree) {
+  set("quarantine_max_chunks=0");
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; t++)
+    ts.emplace_back([] {
+      for (int i = 0; i < 3000; i++) {
+        char *p = static_cast<char *>(qm_malloc(256 * KiB));
+        p[0] = 1;
+        qm_free(p);
+      }
+    });
+  for (auto &t : ts)
+    t.join();
+}
+
+TEST_F(Large, ReallocMoveKeepsTheCounts) {
+  qm_stats_t before = stats();
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  p = static_cast<char *>(qm_realloc(p, 8 * MiB));
+  EXPECT_EQ(stats().large_live_chunks, before.large_live_chunks + 1);
+  qm_free(p);
+  EXPECT_EQ(stats().large_live_chunks, before.large_live_chunks);
+  EXPECT_EQ(stats().large_live_bytes, before.large_live_bytes);
+}
+
+TEST_F(Large, FreeSizedOfAZeroSizeChunk) {
+  void *p = qm_aligned_alloc(131072, 0);
+  ASSERT_NE(p, nullptr);
+  qm_free_aligned_sized(p, 131072, 0);
+}
+
 TEST_F(Large, ReallocMovesPagesNotBytes) {
   char *p = static_cast<char *>(qm_malloc(MiB));
   for (size_t i = 0; i < MiB; i += 512)
@@ -533,6 +581,23 @@ TEST_F(NoneStrategy, ReusesAtOnce) {
   qm_free(q);
 }
 
+// Pages opened by an earlier, larger use count as written: calloc clears them.
+TEST_F(NoneStrategy, CallocClearsEveryPageEverOpen) {
+  if (qm_probe_result()->strategy != QM_STRATEGY_NONE)
+    GTEST_SKIP() << "runs in the strategy=none process";
+  set("quarantine_mb=0");
+  char *p = static_cast<char *>(qm_malloc(1200 * KiB));
+  qm_free(p);
+  char *q = static_cast<char *>(qm_malloc(400 * KiB)); // the same chunk, still open to 300 pages
+  ASSERT_EQ(q, p);
+  std::memset(q, 0x55, qm_malloc_usable_size(q));
+  qm_free(q);
+  char *r = static_cast<char *>(qm_calloc(1, 1200 * KiB));
+  ASSERT_EQ(r, p);
+  EXPECT_TRUE(all_bytes(r, 1200 * KiB, 0));
+  qm_free(r);
+}
+
 // A chunk freed small and reused for more of its capacity must have the
 // extra pages made writable, though none retires nothing.
 TEST_F(NoneStrategy, ReuseForMoreOfTheCapacityIsWritable) {
@@ -556,6 +621,17 @@ TEST_F(UnmapStrategy, UnmapsEveryChunk) {
   qm_free(p);
   EXPECT_EQ(stats().unmaps, before.unmaps + 1);
   EXPECT_EQ(stats().quarantine_chunks, 0u);
+}
+
+// A chunk left behind by a realloc move is freed like any other: unmapped.
+TEST_F(UnmapStrategy, ReallocMovesUnmapTheOldChunk) {
+  if (qm_probe_result()->strategy != QM_STRATEGY_UNMAP)
+    GTEST_SKIP() << "runs in the strategy=unmap process";
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  for (size_t n = 2 * MiB; n <= 32 * MiB; n *= 2)
+    p = static_cast<char *>(qm_realloc(p, n));
+  EXPECT_EQ(stats().quarantine_chunks, 0u);
+  qm_free(p);
 }
 
 } // namespace

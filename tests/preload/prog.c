@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,8 +30,9 @@ static void *churn(void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: prog uaf|double-free|overflow|underflow|invalid-free|enomem|threads "
-                    "[SIZE] [read|write]\n");
+    fprintf(stderr,
+            "usage: prog uaf|double-free|overflow|underflow|invalid-free|enomem|raise|threads "
+            "[SIZE] [read|write]\n");
     return 2;
   }
   const char *mode = argv[1];
@@ -64,6 +66,11 @@ int main(int argc, char **argv) {
     if (q || r || errno != ENOMEM)
       return 1;
     printf("NULL with ENOMEM\n");
+  } else if (!strcmp(mode, "raise")) {
+    free(p); /* qmalloc's SIGSEGV handler is in place by now */
+    raise(SIGSEGV);
+    printf("still alive after raise(SIGSEGV)\n");
+    return 1;
   } else if (!strcmp(mode, "threads")) {
     pthread_t t[4];
     for (int i = 0; i < 4; i++)
