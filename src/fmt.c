@@ -34,15 +34,6 @@ void qm_buf_dec(qm_buf_t *b, uint64_t v) {
     put(b, t[--i]);
 }
 
-void qm_buf_sdec(qm_buf_t *b, int64_t v) {
-  if (v < 0) {
-    put(b, '-');
-    qm_buf_dec(b, (uint64_t)0 - (uint64_t)v);
-  } else {
-    qm_buf_dec(b, (uint64_t)v);
-  }
-}
-
 void qm_buf_hex(qm_buf_t *b, uint64_t v) {
   char t[16];
   int i = 0;
@@ -53,21 +44,6 @@ void qm_buf_hex(qm_buf_t *b, uint64_t v) {
   } while (v);
   while (i)
     put(b, t[--i]);
-}
-
-void qm_buf_fixed(qm_buf_t *b, uint64_t v, unsigned decimals) {
-  uint64_t scale = 1;
-  for (unsigned i = 0; i < decimals; i++)
-    scale *= 10;
-  qm_buf_dec(b, v / scale);
-  if (!decimals)
-    return;
-  put(b, '.');
-  uint64_t frac = v % scale;
-  for (uint64_t s = scale / 10; s; s /= 10) {
-    put(b, (char)('0' + frac / s));
-    frac %= s;
-  }
 }
 
 void qm_buf_pad_from(qm_buf_t *b, size_t mark, size_t width) {

@@ -16,10 +16,7 @@ typedef struct qm_buf {
 void qm_buf_str(qm_buf_t *b, const char *s);
 void qm_buf_mem(qm_buf_t *b, const char *s, size_t n); /* n bytes, NULs and all */
 void qm_buf_dec(qm_buf_t *b, uint64_t v);
-void qm_buf_sdec(qm_buf_t *b, int64_t v);
 void qm_buf_hex(qm_buf_t *b, uint64_t v); /* 0x-prefixed */
-/* Fixed-point: v / 10^decimals with that many digits after the point. */
-void qm_buf_fixed(qm_buf_t *b, uint64_t v, unsigned decimals);
 /* Pads with spaces on the left up to width, counted from mark. */
 void qm_buf_pad_from(qm_buf_t *b, size_t mark, size_t width);
 /* Writes the whole buffer to fd, retrying on EINTR and short writes. */

@@ -13,7 +13,6 @@
 
 qm_lock_t qm__meta_lock = QM_LOCK_INIT;
 static uintptr_t cur, end;
-static size_t mapped;
 
 void *qm__meta_alloc(size_t size) {
   size = qm_align_up(size, 64);
@@ -25,7 +24,6 @@ void *qm__meta_alloc(size_t size) {
       qm_unlock(&qm__meta_lock);
       return NULL;
     }
-    mapped += len;
     cur = (uintptr_t)p;
     end = cur + len;
   }
@@ -35,4 +33,3 @@ void *qm__meta_alloc(size_t size) {
   return r;
 }
 
-size_t qm__meta_mapped(void) { return mapped; }

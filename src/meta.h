@@ -11,7 +11,6 @@
 
 /* Zeroed, 64-byte aligned; NULL when the kernel has no memory for it. */
 void *qm__meta_alloc(size_t size);
-size_t qm__meta_mapped(void);
 extern qm_lock_t qm__meta_lock;
 
 #endif

@@ -58,17 +58,6 @@ static void put_choice(qm_buf_t *b, const char *choices, uint64_t idx) {
   }
 }
 
-const char *qm__options_choice(const char *choices, uint64_t index, char *buf, int cap) {
-  qm_buf_t b;
-  b.n = 0;
-  if (choices)
-    put_choice(&b, choices, index);
-  int n = (int)b.n < cap - 1 ? (int)b.n : cap - 1;
-  memcpy(buf, b.s, (size_t)n);
-  buf[n] = 0;
-  return buf;
-}
-
 static void put_n(qm_buf_t *b, const char *s, size_t n) {
   qm_buf_mem(b, s, n < 80 ? n : 80);
   if (n > 80)

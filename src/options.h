@@ -36,7 +36,5 @@ int qm__options_apply(const char *source, const char *s);
 void qm__options_reset(void);
 /* Prints every option with its value and doc, one per line, to stderr. */
 void qm__options_print(void);
-/* The name of an enum option's current value ("" for other kinds). */
-const char *qm__options_choice(const char *choices, uint64_t index, char *buf, int cap);
 
 #endif

@@ -136,14 +136,6 @@ int qm_os_move(void *old, size_t len, void *to, bool dontunmap) {
   return r == MAP_FAILED ? check("mremap", old, len, true, saved) : 0;
 }
 
-int qm_os_grow_in_place(void *p, size_t old_len, size_t new_len) {
-  check_range(p, new_len);
-  COUNT(mremap);
-  int saved = errno;
-  void *r = mremap(p, old_len, new_len, 0);
-  return r == MAP_FAILED ? check("mremap", p, new_len, false, saved) : 0;
-}
-
 long qm_os_resident_pages(void *p, size_t len) {
   unsigned char vec[256];
   long n = 0;

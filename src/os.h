@@ -42,8 +42,6 @@ int qm_os_guard_remove(void *p, size_t len);
  * is replaced. With dontunmap (MREMAP_DONTUNMAP, Linux 5.7) the old range
  * stays mapped, empty; EINVAL where the kernel lacks it. */
 int qm_os_move(void *old, size_t len, void *to, bool dontunmap);
-/* Grows a mapping in place (no move): ENOMEM when the next pages are taken. */
-int qm_os_grow_in_place(void *p, size_t old_len, size_t new_len);
 
 /* Pages of [p, p+len) resident now (mincore); -1 on error. */
 long qm_os_resident_pages(void *p, size_t len);

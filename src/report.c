@@ -91,13 +91,6 @@ void qm__warn_buf(qm_buf_t *line) {
   qm_buf_flush(&b, STDERR_FILENO);
 }
 
-void qm__warn(const char *line) {
-  qm_buf_t b;
-  b.n = 0;
-  qm_buf_str(&b, line);
-  qm__warn_buf(&b);
-}
-
 _Noreturn void qm__report_size_mismatch(const void *ptr, size_t passed, const char *kind,
                                         size_t held) {
   qm_buf_t d;

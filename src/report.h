@@ -26,7 +26,6 @@ _Noreturn void qm__report_size_mismatch(const void *ptr, size_t passed, const ch
                                         size_t held) QM_COLD;
 
 /* "qmalloc: WARNING: <line>" on stderr; never fatal. */
-void qm__warn(const char *line) QM_COLD;
 void qm__warn_buf(qm_buf_t *line) QM_COLD;
 
 #endif
