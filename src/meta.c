@@ -32,4 +32,3 @@ void *qm__meta_alloc(size_t size) {
   qm_unlock(&qm__meta_lock);
   return r;
 }
-
