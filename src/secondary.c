@@ -831,8 +831,12 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
   S.allocs++;
   S.live++;
   S.live_bytes += size;
-  /* the old chunk is freed; its range is mapped and empty now, but pages
-   * past its RW part (a shrink's tail) may still hold data: dirty stays */
+  /* the old chunk is freed; its range is mapped and empty now, save pages
+   * past its RW part (a shrink's tail), which may still hold data: without
+   * such a tail nothing is resident, so nothing counts against the
+   * quarantine's budget or as a fault reuse would save */
+  if (o->dirty <= o->rw)
+    o->dirty = 0;
   S.frees++;
   S.freed_bytes += o->size;
   S.live--;

@@ -371,6 +371,19 @@ TEST_F(Large, ReallocMoveKeepsTheCounts) {
   EXPECT_EQ(stats().large_live_bytes, before.large_live_bytes);
 }
 
+// The chunk a realloc moved away from is empty (its pages went with
+// mremap): it takes none of the quarantine's resident budget.
+TEST_F(Large, ReallocMoveLeavesNothingResidentBehind) {
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  std::memset(p, 1, MiB);
+  size_t before = stats().quarantine_resident_bytes;
+  char *q = static_cast<char *>(qm_realloc(p, 8 * MiB));
+  ASSERT_NE(q, p);
+  EXPECT_EQ(stats().quarantine_resident_bytes, before);
+  EXPECT_EQ(qmt_resident(p, MiB), 0u);
+  qm_free(q);
+}
+
 TEST_F(Large, FreeSizedOfAZeroSizeChunk) {
   void *p = qm_aligned_alloc(131072, 0);
   ASSERT_NE(p, nullptr);
