@@ -1,6 +1,7 @@
 /* bench.h: what every workload program under bench/ shares: clocks, exact
  * minor-fault counts, RSS and mapping counts read from /proc without malloc,
- * a fixed-seed PRNG, command-line parsing and the one result line format.
+ * a fixed-seed PRNG, command-line parsing, the threaded harness and the one
+ * result line format.
  * Header-only (static functions) so each program stays one file plus this.
  */
 #ifndef QM_BENCH_H
@@ -8,6 +9,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +121,44 @@ static inline const char *bench_arg_str(int argc, char **argv, const char *name,
     if (!strcmp(argv[i], name))
       return argv[i + 1];
   return dflt;
+}
+
+/* The threaded harness of the churn programs: T workers warm up untimed,
+ * meet the main thread at `warmed` (it takes its first readings), start the
+ * timed phase together at `go`, meet again at `stop` (the peak readings) and
+ * free what they hold after `freed`. */
+#define BENCH_MAX_THREADS 64u
+
+typedef struct bench_crew {
+  pthread_barrier_t warmed, go, stop, freed;
+  pthread_t tid[BENCH_MAX_THREADS];
+  unsigned n;
+} bench_crew_t;
+
+/* Starts n workers running fn(arg + i * stride); 0, or 1 with a message. */
+static inline int bench_crew_start(bench_crew_t *c, unsigned n, void *(*fn)(void *), void *arg,
+                                   size_t stride, const char *who) {
+  c->n = n;
+  pthread_barrier_init(&c->warmed, NULL, n + 1);
+  pthread_barrier_init(&c->go, NULL, n + 1);
+  pthread_barrier_init(&c->stop, NULL, n + 1);
+  pthread_barrier_init(&c->freed, NULL, n + 1);
+  for (unsigned i = 0; i < n; i++)
+    if (pthread_create(&c->tid[i], NULL, fn, (char *)arg + i * stride)) {
+      fprintf(stderr, "%s: pthread_create failed\n", who);
+      return 1;
+    }
+  return 0;
+}
+
+static inline void bench_crew_join(bench_crew_t *c) {
+  for (unsigned i = 0; i < c->n; i++)
+    pthread_join(c->tid[i], NULL);
+}
+
+/* Worker id's own PRNG stream from the run's seed. */
+static inline uint64_t bench_thread_seed(uint64_t seed, unsigned id) {
+  return seed ^ ((uint64_t)(id + 1) * 0xd1b54a32d192ed03ull);
 }
 
 /* Keeps the compiler from dropping writes to memory that is freed later. */

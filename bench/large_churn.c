@@ -11,12 +11,10 @@
  * thread checks its clock after every op); the ops done are reported.
  */
 #include <math.h>
-#include <pthread.h>
 
 #include "bench.h"
 
 typedef struct worker {
-  pthread_t tid;
   unsigned id;
   uint64_t ops_done, warm_done;
   int failed;
@@ -27,7 +25,7 @@ static struct {
   int full;
   uint64_t ops, warm, max_ns, warm_ns, seed;
   double lmin, lmax;
-  pthread_barrier_t warmed, go, stop, freed;
+  bench_crew_t crew;
   uint64_t t_start;
   long maps_peak;
 } G;
@@ -56,7 +54,7 @@ static void note_maps(void) {
 
 static void *run(void *arg) {
   worker_t *w = arg;
-  uint64_t rng = G.seed ^ ((uint64_t)(w->id + 1) * 0xd1b54a32d192ed03ull);
+  uint64_t rng = bench_thread_seed(G.seed, w->id);
   char **win = calloc(G.window, sizeof *win);
   if (!win) {
     w->failed = 1;
@@ -70,8 +68,8 @@ static void *run(void *arg) {
     uint64_t limit = w->failed ? 0 : phase ? G.ops : G.warm;
     if (phase) {
       w->warm_done = op;
-      pthread_barrier_wait(&G.warmed);
-      pthread_barrier_wait(&G.go);
+      pthread_barrier_wait(&G.crew.warmed);
+      pthread_barrier_wait(&G.crew.go);
     }
     for (uint64_t k = 0; k < limit; k++) {
       if (live == G.window) {
@@ -103,9 +101,9 @@ static void *run(void *arg) {
       }
     }
   }
-  pthread_barrier_wait(&G.stop);
+  pthread_barrier_wait(&G.crew.stop);
   /* the main thread reads the peak figures here, then everything is freed */
-  pthread_barrier_wait(&G.freed);
+  pthread_barrier_wait(&G.crew.freed);
   for (unsigned k = 0; k < G.window; k++)
     free(win[k]);
   free(win);
@@ -123,45 +121,38 @@ int main(int argc, char **argv) {
   G.seed = bench_arg_u64(argc, argv, "--seed", 42);
   G.lmin = log((double)(bench_arg_u64(argc, argv, "--min-kb", 128) << 10));
   G.lmax = log((double)(bench_arg_u64(argc, argv, "--max-kb", 4096) << 10));
-  if (!G.window || !G.threads || G.threads > 64) {
+  if (!G.window || !G.threads || G.threads > BENCH_MAX_THREADS) {
     fprintf(stderr, "large_churn: bad --window or --threads\n");
     return 2;
   }
-  worker_t w[64];
+  worker_t w[BENCH_MAX_THREADS];
   memset(w, 0, sizeof w);
-  pthread_barrier_init(&G.warmed, NULL, G.threads + 1);
-  pthread_barrier_init(&G.go, NULL, G.threads + 1);
-  pthread_barrier_init(&G.stop, NULL, G.threads + 1);
-  pthread_barrier_init(&G.freed, NULL, G.threads + 1);
-  for (unsigned i = 0; i < G.threads; i++) {
+  for (unsigned i = 0; i < G.threads; i++)
     w[i].id = i;
-    if (pthread_create(&w[i].tid, NULL, run, &w[i])) {
-      fprintf(stderr, "large_churn: pthread_create failed\n");
-      return 1;
-    }
-  }
+  if (bench_crew_start(&G.crew, G.threads, run, w, sizeof *w, "large_churn"))
+    return 1;
   bench_qm_stats_fn qs = bench_qm_stats_lookup();
   qm_stats_t s0, s1;
-  pthread_barrier_wait(&G.warmed);
+  pthread_barrier_wait(&G.crew.warmed);
   note_maps();
   if (qs)
     qs(&s0);
   long f0 = bench_minflt();
   uint64_t t0 = bench_now_ns();
   G.t_start = t0;
-  pthread_barrier_wait(&G.go);
-  pthread_barrier_wait(&G.stop);
+  pthread_barrier_wait(&G.crew.go);
+  pthread_barrier_wait(&G.crew.stop);
   uint64_t ns = bench_now_ns() - t0;
   long faults = bench_minflt() - f0;
   if (qs)
     qs(&s1);
   note_maps();
   long hwm = bench_status_kb("VmHWM");
-  pthread_barrier_wait(&G.freed);
+  pthread_barrier_wait(&G.crew.freed);
   uint64_t ops = 0, warm_ops = 0;
   int failed = 0;
+  bench_crew_join(&G.crew);
   for (unsigned i = 0; i < G.threads; i++) {
-    pthread_join(w[i].tid, NULL);
     ops += w[i].ops_done;
     warm_ops += w[i].warm_done;
     failed |= w[i].failed;

@@ -7,12 +7,9 @@
  *                    [--warm N] [--min B] [--max B] [--seed S]
  * --ops and --warm are per thread; the timed phase also stops at --max-ms.
  */
-#include <pthread.h>
-
 #include "bench.h"
 
 typedef struct worker {
-  pthread_t tid;
   unsigned id;
   uint64_t ops_done;
   int failed;
@@ -22,7 +19,7 @@ static struct {
   unsigned threads;
   size_t live, min, max;
   uint64_t ops, warm, max_ns, seed;
-  pthread_barrier_t warmed, go, stop, freed;
+  bench_crew_t crew;
   uint64_t t_start;
 } G;
 
@@ -39,7 +36,7 @@ static char *take(uint64_t *rng, uint64_t op) {
 
 static void *run(void *arg) {
   worker_t *w = arg;
-  uint64_t rng = G.seed ^ ((uint64_t)(w->id + 1) * 0xd1b54a32d192ed03ull);
+  uint64_t rng = bench_thread_seed(G.seed, w->id);
   char **slot = calloc(G.live, sizeof *slot);
   if (!slot)
     w->failed = 1;
@@ -50,8 +47,8 @@ static void *run(void *arg) {
   for (int phase = 0; phase < 2; phase++) {
     uint64_t limit = w->failed ? 0 : phase ? G.ops : G.warm;
     if (phase) {
-      pthread_barrier_wait(&G.warmed);
-      pthread_barrier_wait(&G.go);
+      pthread_barrier_wait(&G.crew.warmed);
+      pthread_barrier_wait(&G.crew.go);
     }
     for (uint64_t k = 0; k < limit; k++, op++) {
       size_t i = (size_t)(bench_rand(&rng) % G.live);
@@ -67,8 +64,8 @@ static void *run(void *arg) {
       }
     }
   }
-  pthread_barrier_wait(&G.stop);
-  pthread_barrier_wait(&G.freed);
+  pthread_barrier_wait(&G.crew.stop);
+  pthread_barrier_wait(&G.crew.freed);
   for (size_t i = 0; slot && i < G.live; i++)
     free(slot[i]);
   free(slot);
@@ -84,38 +81,31 @@ int main(int argc, char **argv) {
   G.min = bench_arg_u64(argc, argv, "--min", 8);
   G.max = bench_arg_u64(argc, argv, "--max", 1024);
   G.seed = bench_arg_u64(argc, argv, "--seed", 42);
-  if (!G.threads || G.threads > 64 || !G.live || !G.min || G.max < G.min) {
+  if (!G.threads || G.threads > BENCH_MAX_THREADS || !G.live || !G.min || G.max < G.min) {
     fprintf(stderr, "small_churn: bad arguments\n");
     return 2;
   }
-  worker_t w[64];
+  worker_t w[BENCH_MAX_THREADS];
   memset(w, 0, sizeof w);
-  pthread_barrier_init(&G.warmed, NULL, G.threads + 1);
-  pthread_barrier_init(&G.go, NULL, G.threads + 1);
-  pthread_barrier_init(&G.stop, NULL, G.threads + 1);
-  pthread_barrier_init(&G.freed, NULL, G.threads + 1);
-  for (unsigned i = 0; i < G.threads; i++) {
+  for (unsigned i = 0; i < G.threads; i++)
     w[i].id = i;
-    if (pthread_create(&w[i].tid, NULL, run, &w[i])) {
-      fprintf(stderr, "small_churn: pthread_create failed\n");
-      return 1;
-    }
-  }
-  pthread_barrier_wait(&G.warmed);
+  if (bench_crew_start(&G.crew, G.threads, run, w, sizeof *w, "small_churn"))
+    return 1;
+  pthread_barrier_wait(&G.crew.warmed);
   long f0 = bench_minflt();
   uint64_t t0 = bench_now_ns();
   G.t_start = t0;
-  pthread_barrier_wait(&G.go);
-  pthread_barrier_wait(&G.stop);
+  pthread_barrier_wait(&G.crew.go);
+  pthread_barrier_wait(&G.crew.stop);
   uint64_t ns = bench_now_ns() - t0;
   long faults = bench_minflt() - f0;
   long hwm = bench_status_kb("VmHWM");
   long maps = bench_count_maps();
-  pthread_barrier_wait(&G.freed);
+  pthread_barrier_wait(&G.crew.freed);
   uint64_t ops = 0;
   int failed = 0;
+  bench_crew_join(&G.crew);
   for (unsigned i = 0; i < G.threads; i++) {
-    pthread_join(w[i].tid, NULL);
     ops += w[i].ops_done;
     failed |= w[i].failed;
   }

@@ -183,13 +183,19 @@ TEST(Primary, ThreadExitHandsItsCacheBack) {
   EXPECT_LE(after.small_in_use, before.small_in_use + 4096);
 }
 
+// n small chunks of `size` bytes, each written whole so its pages are resident.
+std::vector<void *> written_chunks(size_t n, size_t size) {
+  std::vector<void *> v(n);
+  for (void *&p : v) {
+    p = qm_malloc(size);
+    std::memset(p, 7, size);
+  }
+  return v;
+}
+
 TEST(Primary, TrimGivesFreePagesBack) {
   constexpr size_t N = 64 * 1024; // 64 Ki chunks of 1 KiB: 64 MiB
-  std::vector<void *> v(N);
-  for (size_t i = 0; i < N; i++) {
-    v[i] = qm_malloc(1000);
-    std::memset(v[i], 7, 1000);
-  }
+  std::vector<void *> v = written_chunks(N, 1000);
   size_t full = rss_bytes();
   for (void *p : v)
     qm_free(p);
@@ -210,12 +216,7 @@ TEST(Primary, TrimGivesFreePagesBack) {
 // back as the frees happen, with no malloc_trim.
 TEST(PurgeEnv, FreePagesGoBackWithoutTrim) {
   ASSERT_EQ(qmt_option("release_interval_ms"), 0u);
-  constexpr size_t N = 32 * 1024;
-  std::vector<void *> v(N);
-  for (size_t i = 0; i < N; i++) {
-    v[i] = qm_malloc(2000);
-    std::memset(v[i], 7, 2000);
-  }
+  std::vector<void *> v = written_chunks(32 * 1024, 2000);
   size_t full = rss_bytes();
   for (void *p : v)
     qm_free(p);
