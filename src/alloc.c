@@ -6,18 +6,25 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/single_threaded.h>
 
+#include "alloc.h"
 #include "cache.h"
 #include "chunk.h"
 #include "init.h"
+#include "options.h"
 #include "primary.h"
 #include "qmalloc.h"
 #include "report.h"
 #include "secondary.h"
+#include "zero.h"
 
 /* ---- small chunks ---- */
 
 QM_INLINE uintptr_t region_mask(void) { return ((uintptr_t)1 << qm__rshift) - 1; }
+QM_INLINE size_t committed(unsigned c) {
+  return atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
+}
 
 /* The chunk holding small pointer a (off = a - qm__pbase < qm__pspan). */
 QM_INLINE uintptr_t chunk_of(uintptr_t a, uintptr_t off, unsigned *cls, uintptr_t *roff) {
@@ -30,20 +37,45 @@ QM_INLINE uintptr_t chunk_of(uintptr_t a, uintptr_t off, unsigned *cls, uintptr_
 
 static size_t class_user(unsigned c) { return qm__class[c].size - QM_HDR; }
 
+QM_INLINE uint64_t load8(uintptr_t a) {
+  uint64_t v;
+  memcpy(&v, (const void *)a, 8);
+  return v;
+}
+QM_INLINE void store8(uintptr_t a, uint64_t v) { memcpy((void *)a, &v, 8); }
+
+/* The canary after the requested bytes ending at end_req: 8 bytes of the
+ * region's pattern (see chunk.h). Where the chunk has less than 8 bytes of
+ * room they run into the next chunk's guard word, rewriting bytes that
+ * already hold these values: carving leaves 16 bytes committed after the
+ * last chunk, and a purge never drops a page holding a live chunk's
+ * canary. */
+QM_INLINE void put_canary(uintptr_t end_req, uint64_t gkey) {
+  store8(end_req, qm_pattern8(end_req, gkey));
+}
+QM_INLINE bool canary_ok(uintptr_t end_req, uint64_t gkey) {
+  return load8(end_req) == qm_pattern8(end_req, gkey);
+}
+
 static _Noreturn QM_COLD void small_error(const char *op, void *p, uintptr_t chunk, unsigned c,
                                           uintptr_t roff) {
   uintptr_t a = (uintptr_t)p;
   qm_buf_t d;
   d.n = 0;
-  if (roff >= atomic_load_explicit(&qm__class[c].committed, memory_order_relaxed))
+  if (c == QM_ZCLASS)
+    qm__zero_error(op, p);
+  if (roff >= committed(c))
     qm__report_fatal(op, p, "not allocated by qmalloc: unused part of the small-chunk heap");
-  uint64_t w = *(uint64_t *)chunk;
-  if (w && !qm_hdr_valid(chunk, w)) {
+  const qm_class_info_t *ci = &qm__class[c];
+  uint64_t w = *qm_hdr_at(chunk), g = *qm_guard_at(chunk);
+  if ((w && !qm_hdr_valid(chunk, w, ci->key)) || (w && g != qm_guard(chunk, ci->gkey))) {
     qm_buf_str(&d, "small chunk of class ");
     qm_buf_dec(&d, class_user(c));
     qm_buf_str(&d, " bytes at ");
     qm_buf_hex(&d, chunk + QM_HDR);
     qm_buf_str(&d, ", header ");
+    qm_buf_hex(&d, g);
+    qm_buf_str(&d, " ");
     qm_buf_hex(&d, w);
     qm__report_fatal_buf("corrupted chunk header of", p, &d);
   }
@@ -67,6 +99,13 @@ static _Noreturn QM_COLD void small_error(const char *op, void *p, uintptr_t chu
     if (!strcmp(op, "invalid free of"))
       qm__report_fatal_buf("double free of", p, &d);
     qm_buf_str(&d, ", already freed");
+  } else if (qm_hdr_state(w) == QM_CHUNK_ALLOC) {
+    size_t n = qm_hdr_size(w);
+    uint64_t bad = load8(a + n) ^ qm_pattern8(a + n, ci->gkey);
+    qm_buf_dec(&d, n);
+    qm_buf_str(&d, " bytes, written past the end at offset ");
+    qm_buf_dec(&d, n + (bad ? (size_t)__builtin_ctzll(bad) / 8 : 0));
+    qm__report_fatal_buf("heap overflow past small chunk", p, &d);
   } else {
     qm_buf_str(&d, "small chunk of class ");
     qm_buf_dec(&d, class_user(c));
@@ -75,36 +114,102 @@ static _Noreturn QM_COLD void small_error(const char *op, void *p, uintptr_t chu
   qm__report_fatal_buf(op, p, &d);
 }
 
-/* Validates a small pointer for free/realloc/usable-size; returns its chunk
- * and header word, or reports. */
-QM_INLINE uintptr_t small_check(const char *op, void *p, uintptr_t off, unsigned *cls,
-                                uint64_t *word) {
+/* Validates a small pointer for free/realloc/usable-size: every byte of its
+ * header and its canary. Returns its chunk and header word, or reports. */
+static uintptr_t small_check(const char *op, void *p, uintptr_t off, unsigned *cls,
+                             uint64_t *word) {
   uintptr_t a = (uintptr_t)p, roff;
   uintptr_t ch = chunk_of(a, off, cls, &roff);
-  if (QM_UNLIKELY(roff >= atomic_load_explicit(&qm__class[*cls].committed, memory_order_relaxed)))
-    small_error(op, p, ch, *cls, roff);
-  uint64_t w = *(uint64_t *)ch;
-  if (QM_UNLIKELY(qm_hdr_state(w) != QM_CHUNK_ALLOC || !qm_hdr_valid(ch, w) ||
-                  a != ch + QM_HDR + qm_hdr_offset(w)))
-    small_error(op, p, ch, *cls, roff);
+  unsigned c = *cls;
+  if (QM_UNLIKELY(c == QM_ZCLASS || roff >= committed(c)))
+    small_error(op, p, ch, c, roff);
+  const qm_class_info_t *ci = &qm__class[c];
+  uint64_t w = *qm_hdr_at(ch);
+  if (QM_UNLIKELY(qm_hdr_state(w) != QM_CHUNK_ALLOC || !qm_hdr_valid(ch, w, ci->key) ||
+                  *qm_guard_at(ch) != qm_guard(ch, ci->gkey) ||
+                  a != ch + QM_HDR + qm_hdr_offset(w) ||
+                  qm_hdr_size(w) > class_user(c) - qm_hdr_offset(w) ||
+                  !canary_ok(a + qm_hdr_size(w), ci->gkey)))
+    small_error(op, p, ch, c, roff);
   *word = w;
   return ch;
+}
+
+/* An entry taken from a free list that is not a free chunk of its class: a
+ * forged entry, or a freed chunk whose header was written to. */
+static _Noreturn QM_COLD void bad_pop(uintptr_t ch, unsigned c) {
+  if (ch - qm_region(c) >= committed(c))
+    qm__report_bad_entry(class_user(c), ch, "outside its class region");
+  uint64_t w = *qm_hdr_at(ch);
+  if (qm_hdr_valid(ch, w, qm__class[c].key) && qm_hdr_state(w) == QM_CHUNK_ALLOC)
+    qm__report_bad_entry(class_user(c), ch, "chunk in use");
+  qm_buf_t d;
+  d.n = 0;
+  qm_buf_str(&d, "free small chunk of class ");
+  qm_buf_dec(&d, class_user(c));
+  qm_buf_str(&d, " bytes, header ");
+  qm_buf_hex(&d, *qm_guard_at(ch));
+  qm_buf_str(&d, " ");
+  qm_buf_hex(&d, w);
+  qm_buf_str(&d, ": written after free");
+  qm__report_fatal_buf("corrupted chunk header of", (void *)(ch + QM_HDR), &d);
+}
+
+/* Checked mode: a chunk zeroed at free must still be zero. */
+static void check_zero(uintptr_t ch, unsigned c) {
+  const uint64_t *q = (const uint64_t *)(ch + QM_HDR);
+  size_t words = class_user(c) / 8;
+  for (size_t i = 0; i < words; i++) {
+    if (QM_LIKELY(!q[i]))
+      continue;
+    size_t at = i * 8;
+    while (!((const unsigned char *)q)[at])
+      at++;
+    qm_buf_t d;
+    d.n = 0;
+    qm_buf_str(&d, "class ");
+    qm_buf_dec(&d, class_user(c));
+    qm_buf_str(&d, " bytes, byte at offset ");
+    qm_buf_dec(&d, at);
+    qm_buf_str(&d, " is ");
+    qm_buf_hex(&d, ((const unsigned char *)q)[at]);
+    qm_buf_str(&d, ", written while the chunk was free");
+    qm__report_fatal_buf("write after free of small chunk", (void *)(ch + QM_HDR), &d);
+  }
+}
+
+/* Hands out chunk ch of class c, just taken from a cache or central list,
+ * on the slow path: checks in full that it is a free chunk of its class
+ * (and still zero, in checked mode), writes its header and canary. */
+static void *hand_out(uintptr_t ch, unsigned c, size_t n, size_t align) {
+  const qm_class_info_t *ci = &qm__class[c];
+  if (QM_UNLIKELY(ch - qm_region(c) >= committed(c)))
+    bad_pop(ch, c);
+  uint64_t w = *qm_hdr_at(ch);
+  if (QM_UNLIKELY(qm_hdr_state(w) != QM_CHUNK_FREE || !qm_hdr_valid(ch, w, ci->key) ||
+                  *qm_guard_at(ch) != qm_guard(ch, ci->gkey)))
+    bad_pop(ch, c);
+  if (qm__cache_checked && qm__opt.zero_on_free)
+    check_zero(ch, c);
+  uintptr_t user = qm_align_up(ch + QM_HDR, align > QM_MIN_ALIGN ? align : QM_MIN_ALIGN);
+  *qm_hdr_at(ch) = qm_hdr_make(ch, ci->key, QM_CHUNK_ALLOC, user - ch - QM_HDR, n);
+  put_canary(user + n, ci->gkey);
+  return (void *)user;
 }
 
 /* A small chunk for n bytes aligned to align (<= 16: the natural alignment).
  * Falls back to larger classes when a class's region is exhausted. */
 static void *small_alloc(size_t n, size_t align) {
+  if (!n && align <= QM_MIN_ALIGN)
+    return qm__zero_alloc();
   /* room for the offset; n = 0 counts as 1, or the aligned pointer could
    * land on the next chunk's header */
   size_t req = align > QM_MIN_ALIGN ? (n ? n : 1) + align - QM_MIN_ALIGN : n;
   for (unsigned c = qm_class_of(req); c < QM_NCLASS; c++) {
     qm_bin_t *b = &qm__bin[c];
     uintptr_t ch = b->count ? b->slot[--b->count] : qm__cache_take_slow(c);
-    if (!ch)
-      continue;
-    uintptr_t user = qm_align_up(ch + QM_HDR, align > QM_MIN_ALIGN ? align : QM_MIN_ALIGN);
-    *(uint64_t *)ch = qm_hdr_make(ch, QM_CHUNK_ALLOC, user - ch - QM_HDR, n);
-    return (void *)user;
+    if (ch)
+      return hand_out(ch, c, n, align);
   }
   errno = ENOMEM;
   return NULL;
@@ -112,6 +217,8 @@ static void *small_alloc(size_t n, size_t align) {
 
 static QM_COLD void *malloc_slow(size_t n) {
   qm__init();
+  if (QM_UNLIKELY(qm__init_bootstrapping()))
+    return qm__boot_alloc(n);
   if (n < qm__small_limit)
     return small_alloc(n, 0);
   return qm__large_alloc(n, 0, false);
@@ -119,34 +226,71 @@ static QM_COLD void *malloc_slow(size_t n) {
 
 QM_EXPORT void *qm_malloc(size_t n) {
   if (QM_LIKELY(n < qm__small_limit)) {
-    qm_bin_t *b = &qm__bin[qm_class_of(n)];
+    unsigned c = qm_class_of(n);
+    qm_bin_t *b = &qm__bin[c];
     if (QM_LIKELY(b->count)) {
       uintptr_t ch = b->slot[--b->count];
       /* the next chunk of this class is about to have its header written:
        * start fetching its line now (slot[-1] is the bin's own memory) */
       __builtin_prefetch((void *)b->slot[(int)b->count - 1], 1);
-      *(uint64_t *)ch = qm_hdr_make(ch, QM_CHUNK_ALLOC, 0, n);
-      return (void *)(ch + QM_HDR);
+      const qm_class_info_t *ci = &qm__class[c];
+      /* an entry of the cache must be in its class region: checked from
+       * the address alone (no load: the header line may be cold, and the
+       * stores below need not wait for it). Entries were checked in full
+       * when they entered the cache (at free, or by the central list's
+       * arm), and the cache's arrays sit in guarded metadata. */
+      if (QM_LIKELY((ch - qm__pbase) >> qm__rshift == c)) {
+        *qm_hdr_at(ch) = qm_hdr_make(ch, ci->key, QM_CHUNK_ALLOC, 0, n);
+        put_canary(ch + QM_HDR + n, ci->gkey);
+        return (void *)(ch + QM_HDR);
+      }
+      bad_pop(ch, c);
     }
   }
   return malloc_slow(n);
 }
 
-/* Marks a validated small chunk free and caches it. */
-QM_INLINE void small_release(uintptr_t ch, unsigned c, uint64_t w) {
-  *(uint64_t *)ch = w ^ QM_HDR_FREE_FLIP;
+/* Marks a validated small chunk free, with a compare-and-swap so that of two
+ * racing frees only one succeeds, and caches it. While the process has one
+ * thread (glibc clears __libc_single_threaded in pthread_create, before the
+ * second thread exists, and never sets it again) no free can race this one,
+ * and a plain store does what the swap would: the locked instruction is a
+ * full barrier that stalls on every miss in flight. */
+QM_INLINE bool small_release(uintptr_t ch, unsigned c, uint64_t w) {
+  uint64_t fw = qm_hdr_restate(ch, qm__class[c].key, w, QM_CHUNK_FREE);
+  if (QM_LIKELY(__libc_single_threaded))
+    *qm_hdr_at(ch) = fw;
+  else if (QM_UNLIKELY(!__atomic_compare_exchange_n(qm_hdr_at(ch), &w, fw, false, __ATOMIC_RELAXED,
+                                                    __ATOMIC_RELAXED)))
+    return false;
   qm_bin_t *b = &qm__bin[c];
   if (QM_LIKELY(b->count < b->max))
     b->slot[b->count++] = ch;
   else
     qm__cache_give_slow(ch, c);
+  return true;
 }
 
 static QM_COLD void small_free_general(void *p, uintptr_t off) {
-  unsigned c;
-  uint64_t w;
-  uintptr_t ch = small_check("invalid free of", p, off, &c, &w);
-  small_release(ch, c, w);
+  if ((off >> qm__rshift) == QM_ZCLASS) {
+    qm__zero_free(p, "invalid free of");
+    return;
+  }
+  for (;;) {
+    unsigned c;
+    uint64_t w;
+    uintptr_t ch = small_check("invalid free of", p, off, &c, &w);
+    if (small_release(ch, c, w))
+      return;
+    /* the header changed under us: another free won; the check reports */
+  }
+}
+
+/* Outside the primary: a large chunk, or one of init's bootstrap chunks. */
+static QM_COLD void large_free(void *p) {
+  if (QM_UNLIKELY(qm__boot_owns(p)))
+    return; /* never reused: nothing to do */
+  qm__large_free(p);
 }
 
 QM_EXPORT void qm_free(void *p) {
@@ -158,23 +302,32 @@ QM_EXPORT void qm_free(void *p) {
      * load is in flight: the header's line is often cold, and the boundary
      * needs a multiply; the two now overlap instead of adding up. */
     uintptr_t h = (off & region_mask()) - QM_HDR;
-    /* 16-aligned and below the committed end: the 8-byte load stays in RW
-     * memory even for a bad pointer (committed is page-aligned) */
-    if (QM_LIKELY(!(a & (QM_MIN_ALIGN - 1)) &&
-                  h < atomic_load_explicit(&qm__class[c].committed, memory_order_relaxed))) {
+    /* 16-aligned and below the committed end: the loads stay in RW memory
+     * even for a bad pointer (committed is page-aligned); the zero-size
+     * region has nothing committed */
+    if (QM_LIKELY(!(a & (QM_MIN_ALIGN - 1)) && h < committed(c))) {
       uintptr_t ch = a - QM_HDR;
-      uint64_t w = *(uint64_t *)ch;
-      if (QM_LIKELY(qm_chunk_index(h, c) * qm__class[c].size == h &&
-                    ((w >> 16) & 0xffff) == QM_CHUNK_ALLOC && qm_hdr_valid(ch, w))) {
-        small_release(ch, c, w);
+      const qm_class_info_t *ci = &qm__class[c];
+      /* the canary sits after the requested bytes, which the header tells:
+       * fetch the chunk's last line alongside the header rather than after
+       * it (with four classes per doubling the canary is usually there) */
+      __builtin_prefetch((void *)(ch + ci->size - 8));
+      uint64_t g = *qm_guard_at(ch), w = *qm_hdr_at(ch);
+      size_t n = qm_hdr_size(w);
+      /* a chunk boundary; state ALLOC and offset 0 in one compare; every
+       * bit of the header and guard words; then the canary (n is bounded
+       * by the class for the load to stay inside the chunk's slot) */
+      if (QM_LIKELY(qm_chunk_index(h, c) * ci->size == h &&
+                    ((w >> 16) & 0xffff) == QM_CHUNK_ALLOC && qm_hdr_valid(ch, w, ci->key) &&
+                    g == qm_guard(ch, ci->gkey) && n <= ci->size - QM_HDR &&
+                    canary_ok(a + n, ci->gkey) && small_release(ch, c, w)))
         return;
-      }
     }
     small_free_general(p, off); /* over-aligned chunks, and every error */
     return;
   }
   if (p)
-    qm__large_free(p, SIZE_MAX, 0);
+    large_free(p);
 }
 
 /* ---- the rest of the family ---- */
@@ -189,10 +342,11 @@ QM_EXPORT void *qm_calloc(size_t nmemb, size_t size) {
   if (__builtin_mul_overflow(nmemb, size, &n))
     return enomem();
   qm__init();
-  if (n >= qm__small_limit)
+  if (n >= qm__small_limit && !qm__init_bootstrapping())
     return qm__large_alloc(n, 0, true);
   void *p = qm_malloc(n);
-  if (p)
+  /* chunks checked to be zero at hand-out need no memset */
+  if (p && n && !(qm__cache_checked && qm__opt.zero_on_free))
     memset(p, 0, n);
   return p;
 }
@@ -203,6 +357,8 @@ static void *aligned(size_t align, size_t n) {
   if (n > QM_MAX_REQUEST || align > QM_MAX_REQUEST)
     return enomem();
   qm__init();
+  if (QM_UNLIKELY(qm__init_bootstrapping()))
+    return align <= QM_MIN_ALIGN ? qm__boot_alloc(n) : enomem();
   /* over-aligned small chunks carry the offset in their header (up to
    * 256 KiB fits its 14 bits of 16-byte units) */
   if (n + align < qm__small_limit && align <= 65536)
@@ -254,38 +410,66 @@ QM_EXPORT void *qm_pvalloc(size_t n) {
   return aligned(qm__page, n ? qm_page_up(n) : qm__page);
 }
 
-QM_EXPORT size_t qm_malloc_usable_size(void *p) {
+/* What a chunk of any kind holds: its requested size, and the bytes the
+ * program may write (the same for small chunks, whose canary sits right
+ * after the request; whole pages for large ones). Reports a pointer that is
+ * not a live chunk, naming op. */
+typedef struct held {
+  size_t size, usable;
+  const char *kind;
+} held_t;
+
+static held_t held_of(const char *op, void *p) {
   uintptr_t off = (uintptr_t)p - qm__pbase;
   if (off < qm__pspan) {
+    if ((off >> qm__rshift) == QM_ZCLASS)
+      return (held_t){qm__zero_check(op, p), 0, "small"};
     unsigned c;
     uint64_t w;
-    small_check("malloc_usable_size of", p, off, &c, &w);
-    return class_user(c) - qm_hdr_offset(w);
+    small_check(op, p, off, &c, &w);
+    return (held_t){qm_hdr_size(w), qm_hdr_size(w), "small"};
   }
-  return p ? qm__large_usable(p) : 0;
+  if (qm__boot_owns(p)) {
+    size_t n = qm__boot_size(p);
+    return (held_t){n, n, "small"};
+  }
+  return (held_t){qm__large_size(p, op), qm__large_usable(p, op), "large"};
+}
+
+QM_EXPORT size_t qm_malloc_usable_size(void *p) {
+  return p ? held_of("malloc_usable_size of", p).usable : 0;
+}
+
+/* Whether a size passed to a sized free names this chunk: the exact
+ * requested size. C++'s operator new turns a request of 0 into 1, and its
+ * aligned form may round the size up to the alignment: those are accepted
+ * from the operator delete entry points (cxx). */
+static bool size_names(size_t held, size_t passed, size_t align, bool cxx) {
+  if (held == passed)
+    return true;
+  if (!cxx)
+    return false;
+  size_t one = passed ? passed : 1;
+  return held == one || (align > 1 && qm_is_pow2(align) && held == qm_align_up(one, align));
+}
+
+void qm__free_checked(const char *call, void *p, size_t align, size_t size, bool cxx) {
+  if (!p)
+    return;
+  held_t h = held_of("invalid free of", p);
+  if ((size != SIZE_MAX && !size_names(h.size, size, align, cxx)) ||
+      (align > 1 && ((uintptr_t)p & (align - 1))))
+    qm__report_size_mismatch(call, p, size == SIZE_MAX ? 0 : size, align, h.kind, h.size);
+  qm_free(p);
 }
 
 QM_EXPORT void qm_free_aligned_sized(void *p, size_t align, size_t size) {
-  uintptr_t off = (uintptr_t)p - qm__pbase;
-  if (off < qm__pspan) {
-    unsigned c;
-    uint64_t w;
-    uintptr_t ch = small_check("invalid free of", p, off, &c, &w);
-    /* a size of the same class is accepted: what matters is that it could
-     * have come from this allocation */
-    size_t held = qm_hdr_size(w);
-    if (size > class_user(c) - qm_hdr_offset(w) ||
-        (size != held && qm_class_of(size) != qm_class_of(held)) ||
-        (align > QM_MIN_ALIGN && ((uintptr_t)p & (align - 1))))
-      qm__report_size_mismatch(p, size, "small", held);
-    small_release(ch, c, w);
-    return;
-  }
-  if (p)
-    qm__large_free(p, size, align > qm__page ? align : 0);
+  qm__free_checked("free_aligned_sized", p, align, size, false);
 }
 
-QM_EXPORT void qm_free_sized(void *p, size_t size) { qm_free_aligned_sized(p, 0, size); }
+QM_EXPORT void qm_free_sized(void *p, size_t size) {
+  qm__free_checked("free_sized", p, 0, size, false);
+}
 
 QM_EXPORT void *qm_realloc(void *p, size_t n) {
   if (!p)
@@ -295,22 +479,28 @@ QM_EXPORT void *qm_realloc(void *p, size_t n) {
     return NULL;
   }
   uintptr_t off = (uintptr_t)p - qm__pbase;
-  size_t old_usable;
-  if (off < qm__pspan) {
+  if (off < qm__pspan && (off >> qm__rshift) != QM_ZCLASS) {
     unsigned c;
     uint64_t w;
     uintptr_t ch = small_check("realloc of", p, off, &c, &w);
-    old_usable = class_user(c) - qm_hdr_offset(w);
-    /* in place while it fits and wastes at most half the chunk */
-    if (n <= old_usable && n >= old_usable / 2 && n < qm__small_limit) {
-      *(uint64_t *)ch = qm_hdr_make(ch, QM_CHUNK_ALLOC, qm_hdr_offset(w), n);
-      return p;
+    size_t cap = class_user(c) - qm_hdr_offset(w);
+    /* in place while it fits, canary included where there is room, and
+     * wastes at most half the chunk */
+    if (n <= cap && n >= cap / 2 && n < qm__small_limit) {
+      const qm_class_info_t *ci = &qm__class[c];
+      uint64_t nw = qm_hdr_make(ch, ci->key, QM_CHUNK_ALLOC, qm_hdr_offset(w), n);
+      if (__atomic_compare_exchange_n(qm_hdr_at(ch), &w, nw, false, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED)) {
+        put_canary((uintptr_t)p + n, ci->gkey);
+        return p;
+      }
+      small_check("realloc of", p, off, &c, &w); /* a racing free: it reports */
     }
-  } else {
-    if (n >= qm__small_limit)
-      return qm__large_realloc(p, n);
-    old_usable = qm__large_size(p);
+  } else if (off >= qm__pspan && !qm__boot_owns(p) && n >= qm__small_limit) {
+    return qm__large_realloc(p, n);
   }
+  /* a move: everything the program may have written comes along */
+  size_t old_usable = held_of("realloc of", p).usable;
   void *q = qm_malloc(n);
   if (!q)
     return NULL;
@@ -330,11 +520,18 @@ QM_EXPORT void *qm_reallocarray(void *p, size_t nmemb, size_t size) {
 
 bool qm__small_describe(uintptr_t a, const char **what, qm_buf_t *d) {
   uintptr_t off = a - qm__pbase;
+  if (a < qm__pbase && qm__pbase - a <= qm__page && qm__pspan) {
+    *what = "wild access";
+    qm_buf_str(d, "guard page below the small-chunk heap");
+    return true;
+  }
   if (off >= qm__pspan)
     return false;
   unsigned c = (unsigned)(off >> qm__rshift);
+  if (c == QM_ZCLASS)
+    return qm__zero_describe(a, what, d);
   uintptr_t roff = off & region_mask();
-  if (roff < atomic_load_explicit(&qm__class[c].committed, memory_order_relaxed))
+  if (roff < committed(c))
     return false; /* RW memory: whatever faulted there, it was not qmalloc's guard */
   *what = "wild access";
   qm_buf_str(d, "unused part of the small-chunk heap, class ");

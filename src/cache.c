@@ -8,6 +8,7 @@
 #include "cache.h"
 
 #include <pthread.h>
+#include <string.h>
 
 #include "lock.h"
 #include "meta.h"
@@ -22,7 +23,10 @@ typedef struct qm_tcache {
   struct qm_tcache *next, *prev;
 } qm_tcache_t;
 
-__thread qm_bin_t qm__bin[QM_NCLASS] __attribute__((tls_model("initial-exec")));
+__thread qm_bin_t qm__bin[QM_NCLASS + 1] __attribute__((tls_model("initial-exec")));
+/* checked mode's counts, one per bin, over the bins' slot arrays */
+static __thread uint32_t hcount[QM_NCLASS] __attribute__((tls_model("initial-exec")));
+bool qm__cache_checked;
 static __thread qm_tcache_t *self __attribute__((tls_model("initial-exec")));
 static __thread int state __attribute__((tls_model("initial-exec")));
 
@@ -53,8 +57,9 @@ static bool cache_create(void) {
   uintptr_t *s = tc->slots;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     qm__bin[c].count = 0;
+    hcount[c] = 0;
     qm__bin[c].slot = s;
-    qm__bin[c].max = qm__class[c].cache_max;
+    qm__bin[c].max = qm__cache_checked ? 0 : qm__class[c].cache_max;
     s += qm__class[c].cache_max;
   }
   tc->bin = qm__bin;
@@ -84,39 +89,46 @@ static bool have_cache(void) {
   return cache_create();
 }
 
+/* The count this thread's bin of class c is kept under. */
+static uint32_t *count_of(unsigned c) { return qm__cache_checked ? &hcount[c] : &qm__bin[c].count; }
+
 uintptr_t qm__cache_take_slow(unsigned c) {
   if (!have_cache()) {
     uintptr_t one;
     return qm__central_take(c, &one, 1) ? one : 0;
   }
   qm_bin_t *b = &qm__bin[c];
-  if (!b->count)
-    b->count = qm__central_take(c, b->slot, (b->max + 1) / 2);
-  return b->count ? b->slot[--b->count] : 0;
+  uint32_t *n = count_of(c);
+  if (!*n)
+    *n = qm__central_take(c, b->slot, (qm__class[c].cache_max + 1) / 2);
+  return *n ? b->slot[--*n] : 0;
 }
 
 void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
+  if (qm__cache_checked && qm__opt.zero_on_free)
+    memset((void *)(chunk + QM_HDR), 0, qm__class[c].size - QM_HDR);
   if (!have_cache()) {
     qm__central_give(c, &chunk, 1);
     return;
   }
   qm_bin_t *b = &qm__bin[c];
-  if (b->count == b->max) {
-    unsigned half = b->max / 2;
-    qm__central_give(c, b->slot + b->count - half, half);
-    b->count -= half;
+  uint32_t *n = count_of(c), max = qm__class[c].cache_max;
+  if (*n == max) {
+    unsigned half = max / 2;
+    qm__central_give(c, b->slot + *n - half, half);
+    *n -= half;
   }
-  b->slot[b->count++] = chunk;
+  b->slot[(*n)++] = chunk;
 }
 
 void qm__cache_flush_self(void) {
   if (state != TC_LIVE)
     return;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
-    qm_bin_t *b = &qm__bin[c];
-    if (b->count)
-      qm__central_give(c, b->slot, b->count);
-    b->count = 0;
+    uint32_t *n = count_of(c);
+    if (*n)
+      qm__central_give(c, qm__bin[c].slot, *n);
+    *n = 0;
   }
 }
 
@@ -147,6 +159,7 @@ size_t qm__cache_held_bytes(void) {
   for (qm_tcache_t *tc = registry; tc; tc = tc->next)
     for (unsigned c = 0; c < QM_NCLASS; c++)
       bytes += (size_t)__atomic_load_n(&tc->bin[c].count, __ATOMIC_RELAXED) * qm__class[c].size;
+  /* checked mode's counts are in each thread's TLS: not counted here */
   qm_unlock(&registry_lock);
   return bytes;
 }

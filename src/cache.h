@@ -17,10 +17,20 @@ typedef struct qm_bin {
   uintptr_t *slot; /* chunk addresses, slot[count-1] is the next handed out */
 } qm_bin_t;
 
-extern __thread qm_bin_t qm__bin[QM_NCLASS] __attribute__((tls_model("initial-exec")));
+/* QM_NCLASS + 1: the bin of QM_ZCLASS exists so that malloc(0) can look at
+ * it, and stays empty forever. */
+extern __thread qm_bin_t qm__bin[QM_NCLASS + 1] __attribute__((tls_model("initial-exec")));
+
+/* Checked mode (hardening=max, zero_on_free): every bin keeps max = 0 and
+ * count = 0, so both fast paths always fall to the slow ones, which keep the
+ * thread's chunks in the same slot arrays under counts of their own and do
+ * the checks the fast paths leave out. Set once, by init, before any
+ * allocation. */
+extern bool qm__cache_checked;
 
 /* The slow paths: take one chunk of class c (refilling the cache), or give
- * one back (draining it). take returns 0 when the class is exhausted. */
+ * one back (draining it). take returns 0 when the class is exhausted. In
+ * checked mode with zero_on_free, give zeroes the chunk's user bytes. */
 uintptr_t qm__cache_take_slow(unsigned c);
 void qm__cache_give_slow(uintptr_t chunk, unsigned c);
 /* Empties the calling thread's cache into the central lists. */

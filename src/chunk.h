@@ -1,10 +1,22 @@
 /* chunk.h: the small-chunk header. Every primary chunk starts with a 16-byte
  * header; the user pointer is chunk + 16 + offset (offset > 0 only for
- * over-aligned requests). Word 0 holds checksum:16 state:2 offset/16:14
- * size:32, the checksum keyed by a per-process secret and the chunk address,
- * so a header copied from elsewhere or overwritten by an overflow fails.
- * Word 1 is zero. A header of all zeroes is a chunk never handed out or one
- * whose page went back to the kernel.
+ * over-aligned requests). Word 0 is the guard word, word 1 the header word:
+ * checksum:16 state:2 offset/16:14 size:32. The checksum covers every other
+ * bit of the header word (the state included), keyed by its class region's
+ * key and the chunk address, so a flipped bit, a header copied from
+ * elsewhere or one forged in another class fails. Every state change
+ * recomputes it; free makes its change with a compare-and-swap, so two
+ * racing frees cannot both succeed. A header word of zero is a chunk whose
+ * page went back to the kernel; chunks in free lists otherwise carry a valid
+ * FREE header.
+ *
+ * The guard word and the canary are one keyed byte pattern laid over the
+ * region: the word at every 8-aligned address A reads guard(A). A chunk's
+ * guard word holds it, and so do the 8 bytes after its requested ones
+ * (written at malloc): a 1- to 8-byte overflow changes them whether they lie
+ * in the chunk's slack or, for a chunk with less than 8 bytes of room, reach
+ * the next chunk's guard word, which holds the same pattern. Position alone
+ * decides the pattern, so both checks are one load and one compare.
  */
 #ifndef QM_CHUNK_H
 #define QM_CHUNK_H
@@ -17,29 +29,45 @@
 
 enum { QM_CHUNK_NONE = 0, QM_CHUNK_ALLOC = 1, QM_CHUNK_FREE = 2 };
 
-extern uint64_t qm__secret;
+#define QM_HDR_SUM_MASK ((uint64_t)0xffff)
 
-/* The checksum covers everything but itself and the state bits, so that
- * free() turns ALLOC into FREE by flipping two bits, with no new checksum.
- * One multiply: a flip of any input bit changes the top 16 bits of the
+/* One multiply: a flip of any input bit changes the top 16 bits of the
  * product with probability 1 - 2^-16, and the key makes them unguessable. */
-QM_INLINE uint64_t qm_hdr_sum(uintptr_t chunk, uint64_t w) {
-  return ((w & ~(uint64_t)0x3ffff) ^ chunk ^ qm__secret) * 0x9e3779b97f4a7c15ull >> 48;
+QM_INLINE uint64_t qm_hdr_sum(uintptr_t chunk, uint64_t w, uint64_t key) {
+  return ((w & ~QM_HDR_SUM_MASK) ^ chunk ^ key) * 0x9e3779b97f4a7c15ull >> 48;
 }
 
-QM_INLINE uint64_t qm_hdr_make(uintptr_t chunk, unsigned state, uint64_t offset, uint64_t size) {
+QM_INLINE uint64_t qm_hdr_make(uintptr_t chunk, uint64_t key, unsigned state, uint64_t offset,
+                               uint64_t size) {
   uint64_t w = ((uint64_t)state << 16) | ((offset >> 4) << 18) | (size << 32);
-  return w | qm_hdr_sum(chunk, w);
+  return w | qm_hdr_sum(chunk, w, key);
 }
-
-/* ALLOC (01) -> FREE (10): the checksum stays valid. */
-#define QM_HDR_FREE_FLIP ((uint64_t)(QM_CHUNK_ALLOC ^ QM_CHUNK_FREE) << 16)
 
 QM_INLINE unsigned qm_hdr_state(uint64_t w) { return (unsigned)(w >> 16) & 3; }
 QM_INLINE uint64_t qm_hdr_offset(uint64_t w) { return ((w >> 18) & 0x3fff) << 4; }
 QM_INLINE uint64_t qm_hdr_size(uint64_t w) { return w >> 32; }
-QM_INLINE bool qm_hdr_valid(uintptr_t chunk, uint64_t w) {
-  return (w & 0xffff) == qm_hdr_sum(chunk, w);
+QM_INLINE bool qm_hdr_valid(uintptr_t chunk, uint64_t w, uint64_t key) {
+  return (w & QM_HDR_SUM_MASK) == qm_hdr_sum(chunk, w, key);
 }
+/* The same header in another state, checksum recomputed. */
+QM_INLINE uint64_t qm_hdr_restate(uintptr_t chunk, uint64_t key, uint64_t w, unsigned state) {
+  uint64_t v = (w & ~(QM_HDR_SUM_MASK | (uint64_t)3 << 16)) | (uint64_t)state << 16;
+  return v | qm_hdr_sum(chunk, v, key);
+}
+
+/* The pattern word at 8-aligned address a: no zero byte, so an off-by-one
+ * NUL changes it too. */
+QM_INLINE uint64_t qm_guard(uintptr_t a, uint64_t gkey) {
+  return (a ^ gkey) | 0x0101010101010101ull;
+}
+/* The 8 pattern bytes starting at any address x. */
+QM_INLINE uint64_t qm_pattern8(uintptr_t x, uint64_t gkey) {
+  uintptr_t w = x & ~(uintptr_t)7;
+  unsigned k = (unsigned)(x & 7) * 8;
+  return (qm_guard(w, gkey) >> k) | ((qm_guard(w + 8, gkey) << 1) << (63 - k));
+}
+
+QM_INLINE uint64_t *qm_hdr_at(uintptr_t chunk) { return (uint64_t *)(chunk + 8); }
+QM_INLINE uint64_t *qm_guard_at(uintptr_t chunk) { return (uint64_t *)chunk; }
 
 #endif

@@ -1,9 +1,12 @@
 /* init.c: process initialisation without recursion and without malloc, and
  * fork safety. Init runs on the first call into qmalloc (or from the
- * library constructor, whichever is first); other threads wait for it. The
+ * library constructor, whichever is first); other threads wait for it.
+ * Requests made while the options are read (a qmalloc_default_options()
+ * that allocates) are served from a static bootstrap arena, so that nothing
+ * is fixed from the default options before the real ones are known. The
  * fork lock order, taken in prepare and released in reverse:
  *   secondary init lock -> probe lock -> secondary lock -> class locks 0..N
- *   -> meta lock -> thread-cache registry lock
+ *   -> zero-size lock -> meta lock -> thread-cache registry lock
  * which is also the only nesting allowed anywhere else.
  */
 #include "init.h"
@@ -24,6 +27,7 @@
 #include "qm.h"
 #include "report.h"
 #include "secondary.h"
+#include "zero.h"
 
 size_t qm__small_limit;
 int qm__init_done;
@@ -32,6 +36,32 @@ size_t qm__page;
 unsigned qm__page_shift;
 
 static int init_state; /* 0 not started, 1 running, 2 done */
+int qm__booting;
+
+/* The bootstrap arena: bump-allocated, 16-byte aligned, each chunk after a
+ * 16-byte word holding its size; never reused, so free() of one is a no-op
+ * and it stays valid for as long as the program keeps the pointer. */
+#define BOOT_BYTES ((size_t)64 << 10)
+static _Alignas(16) unsigned char boot[BOOT_BYTES];
+static size_t boot_used;
+
+void *qm__boot_alloc(size_t n) {
+  size_t need = qm_align_up(n ? n : 1, 16) + 16;
+  if (n > BOOT_BYTES || need > BOOT_BYTES - boot_used) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  unsigned char *p = boot + boot_used;
+  boot_used += need;
+  *(size_t *)p = n;
+  return p + 16;
+}
+
+bool qm__boot_owns(const void *p) {
+  return (const unsigned char *)p >= boot && (const unsigned char *)p < boot + BOOT_BYTES;
+}
+
+size_t qm__boot_size(const void *p) { return *(const size_t *)((const unsigned char *)p - 16); }
 
 void qm__init_page_size(void) {
   size_t pg = (size_t)getauxval(AT_PAGESZ);
@@ -60,6 +90,7 @@ static uint64_t make_secret(void) {
 static void fork_prepare(void) {
   qm__large_fork_prepare();
   qm__primary_lock_all();
+  qm__zero_fork_prepare();
   qm_lock(&qm__meta_lock);
   qm__cache_fork_prepare();
 }
@@ -67,6 +98,7 @@ static void fork_prepare(void) {
 static void fork_parent(void) {
   qm__cache_fork_parent();
   qm_unlock(&qm__meta_lock);
+  qm__zero_fork_parent();
   qm__primary_unlock_all();
   qm__large_fork_parent();
 }
@@ -74,6 +106,7 @@ static void fork_parent(void) {
 static void fork_child(void) {
   qm__cache_fork_child();
   qm_lock_reinit(&qm__meta_lock);
+  qm__zero_fork_child();
   qm__primary_reinit_locks();
   qm__large_fork_child();
 }
@@ -86,8 +119,7 @@ void qm__init_slow(void) {
                                    __ATOMIC_ACQUIRE)) {
     /* Called back from inside init on this thread: only a
      * qmalloc_default_options() that allocates does that. Its requests are
-     * served as large chunks (small_limit is still 0), which need nothing
-     * of the primary. */
+     * served from the bootstrap arena (qm__booting is set). */
     if (initializing)
       return;
     while (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) != 2)
@@ -96,10 +128,13 @@ void qm__init_slow(void) {
   }
   initializing = true;
   qm__init_page_size();
+  __atomic_store_n(&qm__booting, 1, __ATOMIC_RELAXED);
   qm__options_init();
+  __atomic_store_n(&qm__booting, 0, __ATOMIC_RELAXED);
   qm__secret = make_secret();
+  qm__cache_checked = qm__opt.hardening == QM_HARDENING_MAX || qm__opt.zero_on_free;
   size_t limit = qm__opt.large_threshold_kb << 10;
-  if (qm__primary_init() == 0)
+  if (qm__primary_init(qm__secret) == 0)
     qm__small_limit = limit;
   /* else every request goes to the secondary: slow, but correct */
   __atomic_store_n(&qm__init_done, 1, __ATOMIC_RELEASE);

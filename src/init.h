@@ -5,9 +5,12 @@
 #ifndef QM_INIT_H
 #define QM_INIT_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 extern size_t qm__small_limit;
+extern uint64_t qm__secret; /* per process, from getrandom */
 void qm__init_slow(void);
 extern int qm__init_done;
 
@@ -15,5 +18,14 @@ static inline void qm__init(void) {
   if (__builtin_expect(!__atomic_load_n(&qm__init_done, __ATOMIC_ACQUIRE), 0))
     qm__init_slow();
 }
+
+/* While the options are read: requests go to the bootstrap arena. */
+extern int qm__booting;
+static inline bool qm__init_bootstrapping(void) {
+  return __builtin_expect(__atomic_load_n(&qm__booting, __ATOMIC_RELAXED), 0);
+}
+void *qm__boot_alloc(size_t n);
+bool qm__boot_owns(const void *p);
+size_t qm__boot_size(const void *p);
 
 #endif

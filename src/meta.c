@@ -1,6 +1,8 @@
 /* meta.c: a bump allocator over 1 MiB mappings for internal metadata. Memory
  * is zero when handed out (fresh mappings) and never freed back to it:
- * owners recycle their objects through their own free lists.
+ * owners recycle their objects through their own free lists. Each mapping
+ * sits between PROT_NONE guard pages, so no user chunk is adjacent to the
+ * chunk addresses kept here.
  */
 #include "meta.h"
 
@@ -20,7 +22,7 @@ void *qm__meta_alloc(size_t size) {
   if (cur + size > end) {
     size_t len = size > META_CHUNK ? qm_page_up(size) : META_CHUNK;
     void *p;
-    if (qm_os_map(len, 0, QM_PROT_RW, &p)) {
+    if (qm_os_map_guarded(len, QM_PROT_RW, &p)) {
       qm_unlock(&qm__meta_lock);
       return NULL;
     }

@@ -229,6 +229,12 @@ void qm__options_init(void) {
     env = env_from_proc(procbuf, sizeof procbuf);
   }
   qm__options_apply("QMALLOC_OPTIONS", env);
+  qm__options_profile();
+}
+
+void qm__options_profile(void) {
+  if (qm__opt.hardening == QM_HARDENING_MAX)
+    qm__opt.zero_on_free = 1;
 }
 
 void qm__options_print(void) {

@@ -26,6 +26,7 @@ enum {
   QM_STRAT_NONE
 };
 enum { QM_PURGE_DONTNEED, QM_PURGE_FREE };
+enum { QM_HARDENING_DEFAULT, QM_HARDENING_MAX };
 
 /* Sets the defaults, then applies qmalloc_default_options() (weak, a linked
  * program may define it) and the QMALLOC_OPTIONS environment variable. */
@@ -33,6 +34,8 @@ void qm__options_init(void);
 /* Applies one "name=value:name=value" string over the current values;
  * source names it in warnings. Returns the number of warnings printed. */
 int qm__options_apply(const char *source, const char *s);
+/* Applies the hardening profile: max turns every check on. */
+void qm__options_profile(void);
 void qm__options_reset(void);
 /* Prints every option with its value and doc, one per line, to stderr. */
 void qm__options_print(void);

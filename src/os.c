@@ -74,6 +74,25 @@ int qm_os_map(size_t len, size_t align, qm_prot_t prot, void **out) {
   return 0;
 }
 
+int qm_os_map_guarded(size_t len, qm_prot_t prot, void **out) {
+  void *p;
+  int err = qm_os_map(len + 2 * qm__page, 0, QM_PROT_NONE, &p);
+  if (err)
+    return err;
+  char *mid = (char *)p + qm__page;
+  err = qm_os_protect(mid, len, QM_PROT_NONE, prot);
+  if (err) {
+    qm_os_unmap(p, len + 2 * qm__page);
+    return err;
+  }
+  *out = mid;
+  return 0;
+}
+
+int qm_os_unmap_guarded(void *p, size_t len) {
+  return qm_os_unmap((char *)p - qm__page, len + 2 * qm__page);
+}
+
 int qm_os_unmap(void *p, size_t len) {
   if (!len)
     return 0;
@@ -152,10 +171,15 @@ long qm_os_resident_pages(void *p, size_t len) {
   return n;
 }
 
+/* errno is the caller's, whatever the file did: a successful malloc must
+ * leave it as it was (a missing /sys file set ENOENT once). */
 long qm_os_read_file(const char *path, char *buf, size_t cap) {
+  int saved = errno;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+  if (fd < 0) {
+    errno = saved;
     return -1;
+  }
   size_t n = 0;
   while (n + 1 < cap) {
     ssize_t r = read(fd, buf + n, cap - 1 - n);
@@ -167,6 +191,7 @@ long qm_os_read_file(const char *path, char *buf, size_t cap) {
   }
   close(fd);
   buf[n] = 0;
+  errno = saved;
   return (long)n;
 }
 

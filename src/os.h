@@ -28,6 +28,12 @@ extern qm_os_counters_t qm__os_counts;
  * mprotect(RW) is, so strict overcommit yields ENOMEM, not the OOM killer. */
 int qm_os_map(size_t len, size_t align, qm_prot_t prot, void **out);
 int qm_os_unmap(void *p, size_t len);
+/* The same between two PROT_NONE guard pages, for metadata: nothing mapped
+ * next to it, user memory above all, can reach it by a linear overflow or
+ * underflow, nor can the kernel merge it with a neighbour. *out is the
+ * first usable byte; unmap with qm_os_unmap_guarded (same len). */
+int qm_os_map_guarded(size_t len, qm_prot_t prot, void **out);
+int qm_os_unmap_guarded(void *p, size_t len);
 /* Changes the protection of [p, p+len) from `from` to `to`; no syscall when
  * they are equal or len is 0. */
 int qm_os_protect(void *p, size_t len, qm_prot_t from, qm_prot_t to);

@@ -36,7 +36,8 @@ typedef struct central {
   size_t purged_bytes, purges;
 } __attribute__((aligned(64))) central_t;
 
-qm_class_info_t qm__class[QM_NCLASS];
+qm_class_info_t qm__class[QM_NCLASS + 1];
+_Atomic size_t qm__committed[QM_NCLASS + 1];
 uint8_t qm__class_tab[QM_CLASS_TAB_MAX / 16 + 1];
 uintptr_t qm__pbase;
 size_t qm__pspan;
@@ -60,27 +61,39 @@ static size_t user_size_of(unsigned c) {
   return ((size_t)1 << l) + ((size_t)(k % 4 + 1) << (l - 2));
 }
 
-static uintptr_t region(unsigned c) { return qm__pbase + ((uintptr_t)c << qm__rshift); }
+#define region qm_region
 
-int qm__primary_init(void) {
+/* splitmix64: independent keys per region from the one secret */
+static uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+int qm__primary_init(uint64_t secret) {
   /* classes are multiples of 16 up to the table's end: one entry per granule */
   for (size_t i = 0; i <= QM_CLASS_TAB_MAX / 16; i++)
     qm__class_tab[i] = (uint8_t)qm_class_of_calc(i * 16);
+  qm__class_tab[0] = QM_ZCLASS;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
+    qm__class[c].key = mix(secret ^ ((uint64_t)c << 1));
+    qm__class[c].gkey = mix(secret ^ ((uint64_t)c << 1 | 1));
     qm_lock_reinit(&central[c].lock); /* before any thread can use it */
     size_t size = user_size_of(c) + QM_HDR;
-    QM_CHECK_OP(qm_class_of(user_size_of(c)), ==, c);
+    QM_CHECK_OP(qm_class_of_calc(user_size_of(c)), ==, c);
     qm__class[c].size = (uint32_t)size;
     qm__class[c].magic = UINT64_MAX / size + 1;
     size_t slots = 32768 / size;
     qm__class[c].cache_max = (uint32_t)(slots < 2 ? 2 : slots > 128 ? 128 : slots);
   }
   QM_CHECK_OP(user_size_of(QM_NCLASS - 1), ==, QM_SMALL_MAX);
+  /* the classes, the zero-size region, and a guard page below them all */
   for (unsigned shift = RSHIFT_MAX; shift >= RSHIFT_MIN; shift--) {
     void *p;
-    size_t span = (size_t)QM_NCLASS << shift;
-    if (qm_os_map(span, qm__page, QM_PROT_NONE, &p) == 0) {
-      qm__pbase = (uintptr_t)p;
+    size_t span = (size_t)(QM_NCLASS + 1) << shift;
+    if (qm_os_map(span + qm__page, qm__page, QM_PROT_NONE, &p) == 0) {
+      qm__pbase = (uintptr_t)p + qm__page;
       qm__rshift = shift;
       qm__pspan = span;
       return 0;
@@ -97,7 +110,7 @@ static uint64_t now_ns(void) {
 
 /* Makes [0, upto) of region c RW; false if the kernel refused. */
 static bool commit(unsigned c, size_t upto) {
-  size_t have = atomic_load_explicit(&qm__class[c].committed, memory_order_relaxed);
+  size_t have = atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
   if (upto <= have)
     return true;
   size_t limit = (size_t)1 << qm__rshift;
@@ -106,11 +119,38 @@ static bool commit(unsigned c, size_t upto) {
     want = limit;
   if (qm_os_protect((void *)(region(c) + have), want - have, QM_PROT_NONE, QM_PROT_RW))
     return false;
-  atomic_store_explicit(&qm__class[c].committed, want, memory_order_release);
+  atomic_store_explicit(&qm__committed[c], want, memory_order_release);
   return true;
 }
 
 static void purge_pending(void);
+
+/* Checks chunks about to go to a thread cache (or straight to malloc) and
+ * writes each a FREE header: a batch entry that is not a carved chunk of
+ * this class, or whose header is neither FREE nor cleared by a purge, is a
+ * forged entry or a corrupted chunk. Writing the header also cancels a
+ * pending MADV_FREE of its page, so the header stays what the fast path
+ * expects. Runs after the class lock is released: only this thread holds
+ * these chunks now. carved is a snapshot; chunks below it stay carved. */
+static void arm(unsigned c, const uintptr_t *out, unsigned n, size_t carved) {
+  uintptr_t base = region(c);
+  uint32_t size = qm__class[c].size;
+  uint64_t key = qm__class[c].key, gkey = qm__class[c].gkey;
+  for (unsigned i = 0; i < n; i++) {
+    uintptr_t ch = out[i], roff = ch - base;
+    if (roff >= carved || qm_chunk_index(roff, c) * size != roff)
+      qm__report_bad_entry(size - QM_HDR, ch, "not a chunk of its class");
+    uint64_t w = *qm_hdr_at(ch);
+    if (w && (qm_hdr_state(w) != QM_CHUNK_FREE || !qm_hdr_valid(ch, w, key) ||
+              *qm_guard_at(ch) != qm_guard(ch, gkey)))
+      qm__report_bad_entry(size - QM_HDR, ch,
+                           qm_hdr_valid(ch, w, key) && qm_hdr_state(w) == QM_CHUNK_ALLOC
+                               ? "chunk in use"
+                               : "bad header");
+    *qm_guard_at(ch) = qm_guard(ch, gkey);
+    *qm_hdr_at(ch) = qm_hdr_make(ch, key, QM_CHUNK_FREE, 0, w ? qm_hdr_size(w) : 0);
+  }
+}
 
 unsigned qm__central_take(unsigned c, uintptr_t *out, unsigned want) {
   if (atomic_load_explicit(&pending, memory_order_relaxed))
@@ -131,18 +171,23 @@ unsigned qm__central_take(unsigned c, uintptr_t *out, unsigned want) {
   }
   cl->nfree -= n;
   if (n < want) {
-    size_t limit = (size_t)1 << qm__rshift;
+    /* the last chunk's canary may reach 8 bytes past its end (into where
+     * the next chunk's guard word goes): keep them inside the region and
+     * committed */
+    size_t limit = ((size_t)1 << qm__rshift) - QM_HDR;
     size_t k = (limit - cl->carved) / size;
     if (k > want - n)
       k = want - n;
-    if (k && !commit(c, cl->carved + k * size)) {
-      size_t have = atomic_load_explicit(&qm__class[c].committed, memory_order_relaxed);
-      k = (have - cl->carved) / size;
+    if (k && !commit(c, cl->carved + k * size + QM_HDR)) {
+      size_t have = atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
+      k = have >= cl->carved + QM_HDR ? (have - cl->carved - QM_HDR) / size : 0;
     }
     for (; k; k--, cl->carved += size)
       out[n++] = region(c) + cl->carved;
   }
+  size_t carved = cl->carved;
   qm_unlock(&cl->lock);
+  arm(c, out, n, carved);
   return n;
 }
 
@@ -160,9 +205,14 @@ static void purge_locked(unsigned c) {
   uint32_t *cover;
   if (qm_os_map(npages * sizeof *cover, 0, QM_PROT_RW, (void **)&cover))
     return;
+  /* a free chunk covers its bytes but its guard word, plus the next
+   * chunk's guard word: a live chunk's canary can reach into the latter,
+   * and its page must keep it */
   for (qm_batch_t *b = cl->full; b; b = b->next) {
     for (uint32_t i = 0; i < b->count; i++) {
-      size_t lo = b->chunk[i] - region(c), hi = lo + size;
+      size_t lo = b->chunk[i] - region(c) + 8, hi = lo + size;
+      if (hi > npages * pg)
+        hi = npages * pg;
       while (lo < hi) {
         size_t pend = qm_align_down(lo, pg) + pg;
         size_t upto = pend < hi ? pend : hi;
@@ -171,8 +221,10 @@ static void purge_locked(unsigned c) {
       }
     }
   }
-  if (cl->carved % pg)
-    cover[npages - 1] += (uint32_t)(pg - cl->carved % pg);
+  /* the never-carved tail, past where the last chunk's canary may reach */
+  size_t tail = cl->carved + 8;
+  if (tail < npages * pg && tail % pg)
+    cover[npages - 1] += (uint32_t)(pg - tail % pg);
   size_t run = 0;
   for (size_t i = 0; i <= npages; i++) {
     if (i < npages && cover[i] == pg) {
@@ -263,7 +315,7 @@ void qm__primary_stats(qm_primary_stats_t *s) {
   for (unsigned c = 0; c < QM_NCLASS && qm__pspan; c++) {
     central_t *cl = &central[c];
     qm_lock(&cl->lock);
-    s->committed += atomic_load_explicit(&qm__class[c].committed, memory_order_relaxed);
+    s->committed += atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
     s->carved += cl->carved;
     s->central_free += cl->nfree * qm__class[c].size;
     s->purged_bytes += cl->purged_bytes;

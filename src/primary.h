@@ -1,9 +1,12 @@
 /* primary.h: the small-chunk allocator's classes and regions. All classes
  * live in one reservation: class c owns [pbase + c<<rshift, +1<<rshift), so
  * "is this pointer small, and of which class" is a subtraction and a shift.
- * Chunks of class c sit at region + i*size; the central free lists hold
- * chunk addresses (not user pointers) out of band, never inside chunks, so
- * pages of free chunks can go back to the kernel.
+ * Region QM_ZCLASS, after the last class, is never made accessible: it holds
+ * the pointers malloc(0) returns. A PROT_NONE page below the first region
+ * keeps whatever is mapped there from touching class 0. Chunks of class c
+ * sit at region + i*size; the central free lists hold chunk addresses (not
+ * user pointers) out of band, never inside chunks, and every address taken
+ * from them is checked against its region before it is handed out.
  */
 #ifndef QM_PRIMARY_H
 #define QM_PRIMARY_H
@@ -17,22 +20,27 @@
 #include "qm.h"
 
 #define QM_NCLASS 52
+#define QM_ZCLASS QM_NCLASS           /* the zero-size region */
 #define QM_SMALL_MAX ((size_t)131072) /* largest user size of a class */
 
+/* Fixed at init: what the fast paths read of a class. */
 typedef struct qm_class_info {
-  uint32_t size;            /* chunk bytes, header included */
-  uint32_t cache_max;       /* slots in a thread cache's bin */
-  uint64_t magic;           /* ceil(2^64 / size): chunk index by multiply-high */
-  _Atomic size_t committed; /* bytes of the region that are RW; only grows */
+  uint32_t size;      /* chunk bytes, header included */
+  uint32_t cache_max; /* slots in a thread cache's bin */
+  uint64_t magic;     /* ceil(2^64 / size): chunk index by multiply-high */
+  uint64_t key;       /* this region's header key */
+  uint64_t gkey;      /* this region's guard and canary pattern key */
 } qm_class_info_t;
 
-extern qm_class_info_t qm__class[QM_NCLASS];
+extern qm_class_info_t qm__class[QM_NCLASS + 1];
+/* Bytes of each region that are RW; only grows (0 for QM_ZCLASS). */
+extern _Atomic size_t qm__committed[QM_NCLASS + 1];
 extern uintptr_t qm__pbase;
 extern size_t qm__pspan; /* 0 until init: every pointer then looks large */
 extern unsigned qm__rshift;
 
 /* Class of a request of n user bytes (n <= QM_SMALL_MAX): 16-byte steps to
- * 256, then four classes per doubling. */
+ * 256, then four classes per doubling; 0 bytes share class 0 here. */
 QM_INLINE unsigned qm_class_of_calc(size_t n) {
   if (n <= 256)
     return n ? (unsigned)((n + 15) >> 4) - 1 : 0;
@@ -40,7 +48,9 @@ QM_INLINE unsigned qm_class_of_calc(size_t n) {
   return 16 + (l - 8) * 4 + (unsigned)(((n - 1) >> (l - 2)) - 4);
 }
 
-/* The same from a table for the common sizes (filled by primary init). */
+/* The same from a table for the common sizes (filled by primary init),
+ * except that 0 maps to QM_ZCLASS, whose thread-cache bin stays empty: the
+ * malloc fast path then leaves malloc(0) to the slow path at no cost. */
 #define QM_CLASS_TAB_MAX 4096
 extern uint8_t qm__class_tab[QM_CLASS_TAB_MAX / 16 + 1];
 QM_INLINE unsigned qm_class_of(size_t n) {
@@ -49,15 +59,19 @@ QM_INLINE unsigned qm_class_of(size_t n) {
   return qm_class_of_calc(n);
 }
 
+QM_INLINE uintptr_t qm_region(unsigned c) { return qm__pbase + ((uintptr_t)c << qm__rshift); }
+
 /* Start of the chunk holding byte `roff` of region c. */
 QM_INLINE uintptr_t qm_chunk_index(uintptr_t roff, unsigned c) {
   return (uintptr_t)(((unsigned __int128)roff * qm__class[c].magic) >> 64);
 }
 
-int qm__primary_init(void);
+/* secret: the per-process secret the region keys are derived from */
+int qm__primary_init(uint64_t secret);
 /* Moves up to want free chunks of class c into out (chunk addresses), from
- * the central list or carved fresh; 0 when the region is exhausted or the
- * kernel refused to commit more. */
+ * the central list or carved fresh, each checked (in its region, on a chunk
+ * boundary, carved) and given a fresh FREE header; 0 when the region is
+ * exhausted or the kernel refused to commit more. */
 unsigned qm__central_take(unsigned c, uintptr_t *out, unsigned want);
 /* Gives n free chunks back to the central list of class c. */
 void qm__central_give(unsigned c, const uintptr_t *in, unsigned n);

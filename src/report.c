@@ -91,15 +91,34 @@ void qm__warn_buf(qm_buf_t *line) {
   qm_buf_flush(&b, STDERR_FILENO);
 }
 
-_Noreturn void qm__report_size_mismatch(const void *ptr, size_t passed, const char *kind,
-                                        size_t held) {
-  qm_buf_t d;
-  d.n = 0;
+_Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, size_t passed,
+                                        size_t align, const char *kind, size_t held) {
+  qm_buf_t d, w;
+  d.n = w.n = 0;
   qm_buf_str(&d, "passed ");
   qm_buf_dec(&d, passed);
-  qm_buf_str(&d, " bytes, ");
+  qm_buf_str(&d, " bytes");
+  if (align) {
+    qm_buf_str(&d, " aligned to ");
+    qm_buf_dec(&d, align);
+  }
+  qm_buf_str(&d, ", ");
   qm_buf_str(&d, kind);
   qm_buf_str(&d, " chunk holds ");
   qm_buf_dec(&d, held);
-  qm__report_fatal_buf("size mismatch in free_sized of", ptr, &d);
+  qm_buf_str(&w, "size mismatch in ");
+  qm_buf_str(&w, call);
+  qm_buf_str(&w, " of");
+  w.s[w.n < sizeof w.s ? w.n : sizeof w.s - 1] = 0;
+  qm__report_fatal_buf(w.s, ptr, &d);
+}
+
+_Noreturn void qm__report_bad_entry(size_t class_bytes, uintptr_t entry, const char *why) {
+  qm_buf_t d;
+  d.n = 0;
+  qm_buf_str(&d, why);
+  qm_buf_str(&d, ", class ");
+  qm_buf_dec(&d, class_bytes);
+  qm_buf_str(&d, " bytes");
+  qm__report_fatal_buf("corrupted free list: entry", (const void *)entry, &d);
 }

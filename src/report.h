@@ -20,10 +20,15 @@ _Noreturn void qm__report_fatal_buf(const char *what, const void *ptr, qm_buf_t 
 _Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t len,
                                      int err) QM_COLD;
 
-/* free_sized() with a size the chunk (kind "small" or "large") cannot
- * have been allocated with. */
-_Noreturn void qm__report_size_mismatch(const void *ptr, size_t passed, const char *kind,
-                                        size_t held) QM_COLD;
+/* free_sized() (call names it) with a size or alignment the chunk (kind
+ * "small" or "large", holding `held` requested bytes) was not allocated
+ * with; align 0 when none was passed. */
+_Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, size_t passed,
+                                        size_t align, const char *kind, size_t held) QM_COLD;
+
+/* An entry of a small-chunk free list (of the class of class_bytes) that is
+ * not a free chunk of that class: "corrupted free list". */
+_Noreturn void qm__report_bad_entry(size_t class_bytes, uintptr_t entry, const char *why) QM_COLD;
 
 /* "qmalloc: WARNING: <line>" on stderr; never fatal. */
 void qm__warn_buf(qm_buf_t *line) QM_COLD;

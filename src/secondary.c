@@ -29,7 +29,10 @@
 #define VICTIMS 32
 
 enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
-enum { F_NOREUSE = 1, F_INBIN = 2 };
+/* F_FREED: the chunk left the user (freed, or the old range of a realloc
+ * move) and has not been handed out since; a BUSY chunk with it is being
+ * retired or dropped, one without it is being resized or revived. */
+enum { F_NOREUSE = 1, F_INBIN = 2, F_FREED = 4 };
 
 typedef struct block {
   uintptr_t base, usable; /* the mapping, and its first usable page = user pointer */
@@ -108,7 +111,9 @@ static bool want_thp(size_t cap_pages) {
 static bool blk_reserve(void) {
   for (size_t n = MAX_RECORDS; n >= 2048; n /= 8) {
     void *p;
-    if (qm_os_map(qm_page_up(n * sizeof(block_t)), 0, QM_PROT_NONE, &p) == 0) {
+    /* guarded: records hold chunk addresses, and a committed prefix that
+     * reaches the end must not touch a neighbour */
+    if (qm_os_map_guarded(qm_page_up(n * sizeof(block_t)), QM_PROT_NONE, &p) == 0) {
       S.blk_max = n;
       S.blk = p;
       return true;
@@ -174,14 +179,14 @@ static bool tab_reserve(void) {
     return true;
   size_t cap = S.tab_cap ? S.tab_cap * 2 : 512;
   void *p;
-  if (qm_os_map(qm_page_up(cap * sizeof(slot_t)), 0, QM_PROT_RW, &p))
+  if (qm_os_map_guarded(qm_page_up(cap * sizeof(slot_t)), QM_PROT_RW, &p))
     return false;
   slot_t *t = p;
   for (size_t i = 0; i < S.tab_cap; i++)
     if (S.tab[i].key)
       tab_put(t, cap, S.tab[i].key, S.tab[i].idx);
   if (S.tab)
-    qm_os_unmap(S.tab, qm_page_up(S.tab_cap * sizeof(slot_t)));
+    qm_os_unmap_guarded(S.tab, qm_page_up(S.tab_cap * sizeof(slot_t)));
   S.tab = t;
   S.tab_cap = cap;
   return true;
@@ -516,6 +521,7 @@ static size_t hand_out_locked(uint32_t i, size_t size, size_t need, bool reused)
     b->dirty = b->rw;
   b->size = size;
   b->state = B_LIVE;
+  b->flags &= (uint8_t)~F_FREED;
   set_vmas(b, true);
   S.live++;
   S.live_bytes += size;
@@ -641,9 +647,15 @@ static void describe_block(qm_buf_t *d, const block_t *b, const char *state) {
 static _Noreturn void report_bad_pointer(const char *what, void *p) {
   qm_buf_t d;
   d.n = 0;
-  const char *kind;
-  if (qm__large_describe((uintptr_t)p, &kind, &d))
+  const char *kind = "";
+  if (qm__large_describe((uintptr_t)p, &kind, &d)) {
+    /* a chunk being unmapped has left the table already: freeing its user
+     * pointer again is still a double free */
+    if (!strcmp(kind, "use-after-free") && !strcmp(what, "invalid free of") && d.n > 9 &&
+        !memcmp(d.s, "offset 0 ", 9))
+      qm__report_fatal_buf("double free of", p, &d);
     qm__report_fatal_buf(what, p, &d);
+  }
   qm__report_fatal(what, p, "not allocated by qmalloc");
 }
 
@@ -723,19 +735,13 @@ static void retire_block(uint32_t i, bool unmap_now) {
   discard_block(i);
 }
 
-void qm__large_free(void *p, size_t check_size, size_t check_align) {
+void qm__large_free(void *p) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
     qm__report_fatal("invalid free of", p, "not allocated by qmalloc");
   uint32_t i = find_live_locked(p, "invalid free of");
   block_t *b = B(i);
-  if (check_size != SIZE_MAX &&
-      (check_size > b->rw << qm__page_shift || (check_align && (b->usable & (check_align - 1))) ||
-       qm_pages(check_size ? check_size : 1) != qm_pages(b->size ? b->size : 1))) {
-    size_t held = b->size;
-    qm_unlock(&S.lock);
-    qm__report_size_mismatch(p, check_size, "large", held);
-  }
   b->state = B_BUSY;
+  b->flags |= F_FREED;
   S.frees++;
   S.freed_bytes += b->size;
   S.live--;
@@ -752,17 +758,19 @@ void qm__large_free(void *p, size_t check_size, size_t check_align) {
   retire_block(i, unmap_now);
 }
 
-size_t qm__large_usable(void *p) {
+size_t qm__large_usable(void *p, const char *op) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
-    qm__report_fatal("malloc_usable_size of", p, "not allocated by qmalloc");
-  uint32_t i = find_live_locked(p, "malloc_usable_size of");
+    qm__report_fatal(op, p, "not allocated by qmalloc");
+  uint32_t i = find_live_locked(p, op);
   size_t n = B(i)->rw << qm__page_shift;
   qm_unlock(&S.lock);
   return n;
 }
 
-size_t qm__large_size(void *p) {
-  uint32_t i = find_live_locked(p, "realloc of");
+size_t qm__large_size(void *p, const char *op) {
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire))
+    qm__report_fatal(op, p, "not allocated by qmalloc");
+  uint32_t i = find_live_locked(p, op);
   size_t n = B(i)->size;
   qm_unlock(&S.lock);
   return n;
@@ -837,6 +845,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
    * quarantine's budget or as a fault reuse would save */
   if (o->dirty <= o->rw)
     o->dirty = 0;
+  o->flags |= F_FREED;
   S.frees++;
   S.freed_bytes += o->size;
   S.live--;
@@ -904,16 +913,17 @@ void *qm__large_realloc(void *p, size_t size) {
     return q;
   qm_lock(&S.lock);
   b->state = B_LIVE;
-  size_t old_size = b->size;
+  /* every byte the program may have written, slack past the request too */
+  size_t old_usable = b->rw << qm__page_shift;
   qm_unlock(&S.lock);
   q = qm__large_alloc(size, qm__page, false);
   if (!q)
     return NULL;
-  memcpy(q, p, old_size < size ? old_size : size);
+  memcpy(q, p, old_usable < size ? old_usable : size);
   qm_lock(&S.lock);
   S.moved++;
   qm_unlock(&S.lock);
-  qm__large_free(p, SIZE_MAX, 0);
+  qm__large_free(p);
   return q;
 }
 
@@ -1002,18 +1012,19 @@ bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
     const block_t *b = &S.blk[i];
     if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
       continue;
-    bool live = b->state == B_LIVE;
-    size_t rw = b->rw << qm__page_shift;
+    /* a racy read of the record: the fault came from an access to it, so
+     * at worst the words are those of a moment earlier */
+    bool freed = b->state == B_QUAR || (b->state == B_BUSY && (b->flags & F_FREED));
     if (a < b->usable) {
       *what = "heap underflow";
       qm_buf_dec(d, b->usable - a);
       qm_buf_str(d, b->usable - a == 1 ? " byte before " : " bytes before ");
-    } else if (!live && b->state != B_BUSY) {
+    } else if (freed) {
       *what = "use-after-free";
       qm_buf_str(d, "offset ");
       qm_buf_dec(d, a - b->usable);
       qm_buf_str(d, " in freed ");
-    } else if (a - b->usable >= rw || a - b->usable >= b->size) {
+    } else if (a - b->usable >= b->size) {
       *what = "heap overflow";
       size_t past = a - b->usable - b->size + 1;
       qm_buf_dec(d, past);
@@ -1033,9 +1044,24 @@ bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
   return false;
 }
 
+/* Puts back the default action for SIGSEGV. SA_RESETHAND did so already
+ * when this handler was called as installed; a handler installed later that
+ * calls this one for faults it does not own has its own disposition in
+ * place, and returning would retry the fault into it for ever. With the
+ * default action, the retried access kills the process, as it would have
+ * without qmalloc (a blocked SIGSEGV from a fault is forced through). */
+static void default_action(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, NULL);
+}
+
 static void on_segv(int sig, siginfo_t *si, void *ctx) {
+  default_action();
   if (si->si_code <= 0) { /* sent by kill() or raise(): deliver it as sent */
-    raise(sig);           /* SA_RESETHAND restored the default action */
+    raise(sig);
     return;
   }
   uintptr_t a = (uintptr_t)si->si_addr;
@@ -1043,7 +1069,7 @@ static void on_segv(int sig, siginfo_t *si, void *ctx) {
   d.n = 0;
   const char *what = NULL;
   if (!qm__large_describe(a, &what, &d) && !qm__small_describe(a, &what, &d))
-    return; /* SA_RESETHAND restored the default: the retried access kills */
+    return; /* the retried access kills */
   qm_buf_t w;
   w.n = 0;
   qm_buf_str(&w, what);

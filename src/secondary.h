@@ -16,14 +16,14 @@
 /* NULL with errno ENOMEM on failure. align: a power of two (page or more is
  * honoured exactly; less is rounded up to a page). zero: calloc semantics. */
 void *qm__large_alloc(size_t size, size_t align, bool zero);
-/* Reports and aborts on a pointer that is not a live large chunk. With
- * check_size != SIZE_MAX (free_sized), also on a size that does not fit. */
-void qm__large_free(void *p, size_t check_size, size_t check_align);
-size_t qm__large_usable(void *p);
+/* Reports and aborts on a pointer that is not a live large chunk. */
+void qm__large_free(void *p);
+/* Bytes the program may write (whole pages); reports as op otherwise. */
+size_t qm__large_usable(void *p, const char *op);
 /* size >= the large threshold. NULL with errno ENOMEM, p untouched. */
 void *qm__large_realloc(void *p, size_t size);
-/* The requested size of a live chunk (for realloc to small). */
-size_t qm__large_size(void *p);
+/* The requested size of a live chunk; reports as op otherwise. */
+size_t qm__large_size(void *p, const char *op);
 /* Drops the pages of every quarantined chunk; returns the bytes dropped. */
 size_t qm__large_trim(void);
 /* Unmaps every quarantined chunk (tests start from an empty quarantine). */

@@ -7,6 +7,7 @@
 #include <malloc.h>
 #include <stdlib.h>
 
+#include "alloc.h"
 #include "qm.h"
 #include "qmalloc.h"
 
@@ -20,6 +21,10 @@ void *__libc_realloc(void *p, size_t n);
 void *__libc_memalign(size_t a, size_t n);
 void *__libc_valloc(size_t n);
 void *__libc_pvalloc(size_t n);
+void _ZdlPv(void *p);
+void _ZdaPv(void *p);
+void _ZdlPvRKSt9nothrow_t(void *p, const void *nothrow);
+void _ZdaPvRKSt9nothrow_t(void *p, const void *nothrow);
 
 QM_EXPORT void *malloc(size_t n) { return qm_malloc(n); }
 QM_EXPORT void free(void *p) { qm_free(p); }
@@ -57,6 +62,51 @@ QM_EXPORT struct mallinfo mallinfo(void) {
   r.keepcost = SAT(m.keepcost);
 #undef SAT
   return r;
+}
+
+/* C++'s operator delete, all of its forms, by their Itanium ABI names: the
+ * sized and aligned ones are checked as free_sized and free_aligned_sized
+ * are (what operator new asked for is what free_sized expects, up to its
+ * 0 -> 1 and alignment round-up). Defined here so that no libstdc++ is
+ * needed; a program that replaces operator delete itself keeps its own.
+ * operator new stays libstdc++'s (it throws), which calls malloc. */
+#define DELETE_PLAIN(name)                                                                         \
+  QM_EXPORT void name(void *p) { qm_free(p); }
+#define DELETE_NOTHROW(name)                                                                       \
+  QM_EXPORT void name(void *p, const void *nothrow) { (void)nothrow, qm_free(p); }
+DELETE_PLAIN(_ZdlPv)                 /* operator delete(void*) */
+DELETE_PLAIN(_ZdaPv)                 /* operator delete[](void*) */
+DELETE_NOTHROW(_ZdlPvRKSt9nothrow_t) /* (void*, nothrow_t const&) */
+DELETE_NOTHROW(_ZdaPvRKSt9nothrow_t)
+void _ZdlPvm(void *p, size_t n);
+void _ZdaPvm(void *p, size_t n);
+void _ZdlPvSt11align_val_t(void *p, size_t a);
+void _ZdaPvSt11align_val_t(void *p, size_t a);
+void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a);
+void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a);
+void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const void *nt);
+void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const void *nt);
+QM_EXPORT void _ZdlPvm(void *p, size_t n) { qm__free_checked("operator delete", p, 0, n, true); }
+QM_EXPORT void _ZdaPvm(void *p, size_t n) { qm__free_checked("operator delete[]", p, 0, n, true); }
+QM_EXPORT void _ZdlPvSt11align_val_t(void *p, size_t a) {
+  qm__free_checked("operator delete", p, a, SIZE_MAX, true);
+}
+QM_EXPORT void _ZdaPvSt11align_val_t(void *p, size_t a) {
+  qm__free_checked("operator delete[]", p, a, SIZE_MAX, true);
+}
+QM_EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) {
+  qm__free_checked("operator delete", p, a, n, true);
+}
+QM_EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) {
+  qm__free_checked("operator delete[]", p, a, n, true);
+}
+QM_EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const void *nt) {
+  (void)nt;
+  qm__free_checked("operator delete", p, a, SIZE_MAX, true);
+}
+QM_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const void *nt) {
+  (void)nt;
+  qm__free_checked("operator delete[]", p, a, SIZE_MAX, true);
 }
 
 /* glibc's internal names, which some programs and libraries call directly */

@@ -30,10 +30,10 @@ uint64_t qmt_option(const char *name) {
 void qmt_quarantine_flush(void) { qm__large_flush(); }
 
 unsigned qmt_nclasses(void) { return QM_NCLASS; }
-unsigned qmt_class_of(size_t n) { return qm_class_of(n); }
+unsigned qmt_class_of(size_t n) { return qm_class_of_calc(n); }
 size_t qmt_class_user_size(unsigned c) { return qm__class[c].size - QM_HDR; }
 uintptr_t qmt_committed_end(unsigned c) {
-  return qm__pbase + ((uintptr_t)c << qm__rshift) + atomic_load(&qm__class[c].committed);
+  return qm__pbase + ((uintptr_t)c << qm__rshift) + atomic_load(&qm__committed[c]);
 }
 int qmt_is_small(const void *p) { return (uintptr_t)p - qm__pbase < qm__pspan; }
 

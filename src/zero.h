@@ -1,0 +1,29 @@
+/* zero.h: the pointers malloc(0) returns. Each is a distinct address in the
+ * zero-size region (QM_ZCLASS), which is never made accessible: any read or
+ * write through one faults, and free() of one is checked like any other.
+ */
+#ifndef QM_ZERO_H
+#define QM_ZERO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fmt.h"
+#include "qm.h"
+
+/* A fresh zero-size pointer, unique among the live ones; NULL + ENOMEM when
+ * the region's slots or the bitmap's memory run out. */
+void *qm__zero_alloc(void);
+/* Frees a live zero-size pointer; reports (as op) anything else. */
+void qm__zero_free(void *p, const char *op);
+/* 0 if p is a live zero-size pointer; reports (as op) otherwise. */
+size_t qm__zero_check(const char *op, void *p);
+_Noreturn void qm__zero_error(const char *op, void *p) QM_COLD;
+/* For the SIGSEGV report: what an access at a in the region hit. */
+bool qm__zero_describe(uintptr_t a, const char **what, qm_buf_t *d);
+void qm__zero_fork_prepare(void);
+void qm__zero_fork_parent(void);
+void qm__zero_fork_child(void);
+
+#endif
