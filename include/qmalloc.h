@@ -41,6 +41,11 @@ size_t qm_malloc_usable_size(void *ptr);
  * size that does not fit the chunk is reported and aborts. */
 void qm_free_sized(void *ptr, size_t size);
 void qm_free_aligned_sized(void *ptr, size_t alignment, size_t size);
+/* The bytes from ptr to the end of the live chunk that holds it (ptr may
+ * point anywhere inside; the end is the requested size), 0 if that chunk is
+ * free or ptr is in its header or slack, SIZE_MAX for memory qmalloc does not
+ * manage: what a bounds check needs (hardened_malloc's name). */
+size_t qm_malloc_object_size(const void *ptr);
 struct mallinfo2 qm_mallinfo2(void);
 /* Gives back every page it can: the calling thread's cache, free pages of
  * small-chunk classes, the pages of quarantined large chunks. Returns 1 if

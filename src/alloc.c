@@ -250,6 +250,35 @@ QM_EXPORT void *qm_malloc(size_t n) {
   return malloc_slow(n);
 }
 
+/* Checked mode, at free: the chunks on either side must have intact
+ * headers too (or none yet: never carved, or purged), so an overflow out of
+ * one chunk into its neighbour is caught at either one's free. */
+static QM_COLD void check_neighbours(uintptr_t ch, unsigned c) {
+  const qm_class_info_t *ci = &qm__class[c];
+  uintptr_t base = qm_region(c), top = base + committed(c);
+  uintptr_t side[2] = {ch - ci->size, ch + ci->size};
+  for (int i = 0; i < 2; i++) {
+    uintptr_t n = side[i];
+    if (n < base || n + QM_HDR > top)
+      continue;
+    uint64_t w = *qm_hdr_at(n), g = *qm_guard_at(n);
+    if (!w || (qm_hdr_valid(n, w, ci->key) && g == qm_guard(n, ci->gkey)))
+      continue;
+    qm_buf_t d;
+    d.n = 0;
+    qm_buf_str(&d, i ? "next" : "previous");
+    qm_buf_str(&d, " neighbour of small chunk ");
+    qm_buf_hex(&d, ch + QM_HDR);
+    qm_buf_str(&d, ", class ");
+    qm_buf_dec(&d, class_user(c));
+    qm_buf_str(&d, " bytes, header ");
+    qm_buf_hex(&d, g);
+    qm_buf_str(&d, " ");
+    qm_buf_hex(&d, w);
+    qm__report_fatal_buf("corrupted chunk header of", (void *)(n + QM_HDR), &d);
+  }
+}
+
 /* Marks a validated small chunk free, with a compare-and-swap so that of two
  * racing frees only one succeeds, and caches it. While the process has one
  * thread (glibc clears __libc_single_threaded in pthread_create, before the
@@ -264,10 +293,13 @@ QM_INLINE bool small_release(uintptr_t ch, unsigned c, uint64_t w) {
                                                     __ATOMIC_RELAXED)))
     return false;
   qm_bin_t *b = &qm__bin[c];
-  if (QM_LIKELY(b->count < b->max))
+  if (QM_LIKELY(b->count < b->max)) {
     b->slot[b->count++] = ch;
-  else
+  } else {
+    if (qm__cache_checked)
+      check_neighbours(ch, c);
     qm__cache_give_slow(ch, c);
+  }
   return true;
 }
 
@@ -459,7 +491,7 @@ void qm__free_checked(const char *call, void *p, size_t align, size_t size, bool
   held_t h = held_of("invalid free of", p);
   if ((size != SIZE_MAX && !size_names(h.size, size, align, cxx)) ||
       (align > 1 && ((uintptr_t)p & (align - 1))))
-    qm__report_size_mismatch(call, p, size == SIZE_MAX ? 0 : size, align, h.kind, h.size);
+    qm__report_size_mismatch(call, p, size, align > 1 ? align : 0, h.kind, h.size);
   qm_free(p);
 }
 
@@ -514,6 +546,28 @@ QM_EXPORT void *qm_reallocarray(void *p, size_t nmemb, size_t size) {
   if (__builtin_mul_overflow(nmemb, size, &n))
     return enomem();
   return qm_realloc(p, n);
+}
+
+/* ---- object sizes, for bounds checks ---- */
+
+QM_EXPORT size_t qm_malloc_object_size(const void *ptr) {
+  uintptr_t a = (uintptr_t)ptr, off = a - qm__pbase;
+  if (off < qm__pspan) {
+    unsigned c = (unsigned)(off >> qm__rshift);
+    uintptr_t roff = off & region_mask();
+    if (c == QM_ZCLASS || roff >= committed(c))
+      return 0;
+    const qm_class_info_t *ci = &qm__class[c];
+    uintptr_t ch = a - roff + qm_chunk_index(roff, c) * ci->size;
+    uint64_t w = __atomic_load_n(qm_hdr_at(ch), __ATOMIC_RELAXED);
+    if (qm_hdr_state(w) != QM_CHUNK_ALLOC || !qm_hdr_valid(ch, w, ci->key))
+      return 0;
+    uintptr_t user = ch + QM_HDR + qm_hdr_offset(w), end = user + qm_hdr_size(w);
+    return a >= user && a < end ? end - a : 0;
+  }
+  if (!ptr || qm__boot_owns(ptr))
+    return SIZE_MAX;
+  return qm__large_object_size(a);
 }
 
 /* ---- describing small-chunk addresses (for the SIGSEGV report) ---- */

@@ -142,6 +142,7 @@ void qm__init_slow(void) {
   initializing = false;
   /* these may allocate: done after init is visible, so they recurse safely */
   qm__cache_init();
+  qm__fault_report_init();
   pthread_atfork(fork_prepare, fork_parent, fork_child);
   if (qm__opt.verbose) {
     qm__options_print();

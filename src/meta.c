@@ -15,6 +15,8 @@
 
 qm_lock_t qm__meta_lock = QM_LOCK_INIT;
 static uintptr_t cur, end;
+static uintptr_t made[64][2]; /* the first 64 mappings, for the tests */
+static size_t nmade;
 
 void *qm__meta_alloc(size_t size) {
   size = qm_align_up(size, 64);
@@ -28,9 +30,24 @@ void *qm__meta_alloc(size_t size) {
     }
     cur = (uintptr_t)p;
     end = cur + len;
+    if (nmade < 64) {
+      made[nmade][0] = cur;
+      made[nmade++][1] = end;
+    }
   }
   void *r = (void *)cur;
   cur += size;
   qm_unlock(&qm__meta_lock);
   return r;
+}
+
+size_t qm__meta_ranges(uintptr_t (*out)[2], size_t cap) {
+  qm_lock(&qm__meta_lock);
+  size_t n = nmade < cap ? nmade : cap;
+  for (size_t i = 0; i < n; i++) {
+    out[i][0] = made[i][0];
+    out[i][1] = made[i][1];
+  }
+  qm_unlock(&qm__meta_lock);
+  return n;
 }

@@ -96,10 +96,12 @@ _Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, size_
   qm_buf_t d, w;
   d.n = w.n = 0;
   qm_buf_str(&d, "passed ");
-  qm_buf_dec(&d, passed);
-  qm_buf_str(&d, " bytes");
+  if (passed != SIZE_MAX) {
+    qm_buf_dec(&d, passed);
+    qm_buf_str(&d, align ? " bytes, " : " bytes");
+  }
   if (align) {
-    qm_buf_str(&d, " aligned to ");
+    qm_buf_str(&d, "alignment ");
     qm_buf_dec(&d, align);
   }
   qm_buf_str(&d, ", ");

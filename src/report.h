@@ -22,7 +22,7 @@ _Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t 
 
 /* free_sized() (call names it) with a size or alignment the chunk (kind
  * "small" or "large", holding `held` requested bytes) was not allocated
- * with; align 0 when none was passed. */
+ * with; passed SIZE_MAX and align 0 when none was passed. */
 _Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, size_t passed,
                                         size_t align, const char *kind, size_t held) QM_COLD;
 

@@ -494,8 +494,6 @@ static void ensure_ready(void) {
       long long pmd = qm_os_read_number("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
       S.thp_size = pmd > 0 && qm_is_pow2((size_t)pmd) ? (size_t)pmd : 0;
     }
-    if (qm__opt.fault_report)
-      fault_handler_install();
     atomic_store_explicit(&S.ready, 1, memory_order_release);
   }
   qm_unlock(&S.init_lock);
@@ -982,6 +980,38 @@ void qm__large_stats(qm_stats_t *s) {
   qm_unlock(&S.lock);
 }
 
+size_t qm__large_object_size(uintptr_t a) {
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire))
+    return SIZE_MAX;
+  size_t r = SIZE_MAX;
+  qm_lock(&S.lock);
+  for (size_t i = 0; i < S.nblk; i++) {
+    const block_t *b = &S.blk[i];
+    if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
+      continue;
+    r = b->state == B_LIVE && a >= b->usable && a - b->usable < b->size ? b->size - (a - b->usable)
+                                                                        : 0;
+    break;
+  }
+  qm_unlock(&S.lock);
+  return r;
+}
+
+size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {
+  size_t n = 0;
+  qm_lock(&S.lock);
+  if (S.blk && n < cap) {
+    out[n][0] = (uintptr_t)S.blk;
+    out[n++][1] = (uintptr_t)S.blk + qm_page_up(S.blk_max * sizeof(block_t));
+  }
+  if (S.tab && n < cap) {
+    out[n][0] = (uintptr_t)S.tab;
+    out[n++][1] = (uintptr_t)S.tab + qm_page_up(S.tab_cap * sizeof(slot_t));
+  }
+  qm_unlock(&S.lock);
+  return n;
+}
+
 /* The secondary's part of the fork lock order: its init lock, the probe
  * lock (taken inside it by ensure_ready), then its own lock. */
 void qm__large_fork_prepare(void) {
@@ -1097,6 +1127,11 @@ static void on_segv(int sig, siginfo_t *si, void *ctx) {
 
 /* Installed only over the default disposition, one-shot: a program that
  * handles SIGSEGV itself replaces it and sees no difference. */
+void qm__fault_report_init(void) {
+  if (qm__opt.fault_report)
+    fault_handler_install();
+}
+
 static void fault_handler_install(void) {
   struct sigaction old;
   if (sigaction(SIGSEGV, NULL, &old) || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO))

@@ -34,6 +34,18 @@ void qm__large_stats(qm_stats_t *s);
  * Lock-free and allocation-free: called from the SIGSEGV handler. */
 bool qm__large_describe(uintptr_t addr, const char **what, qm_buf_t *details);
 
+/* Installs the SIGSEGV handler that explains faults in qmalloc's guards
+ * (option fault_report), once, at init. */
+void qm__fault_report_init(void);
+
+/* malloc_object_size for an address outside the primary: bytes from a to
+ * the end of the live chunk holding it, 0 in a freed chunk or a guard page,
+ * SIZE_MAX outside every large chunk's mapping. */
+size_t qm__large_object_size(uintptr_t a);
+
+/* The record table's and the hash table's mappings, as [lo, hi) pairs. */
+size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap);
+
 void qm__large_fork_prepare(void);
 void qm__large_fork_parent(void);
 void qm__large_fork_child(void);

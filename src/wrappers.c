@@ -39,6 +39,8 @@ QM_EXPORT void *memalign(size_t a, size_t n) { return qm_memalign(a, n); }
 QM_EXPORT void *valloc(size_t n) { return qm_valloc(n); }
 QM_EXPORT void *pvalloc(size_t n) { return qm_pvalloc(n); }
 QM_EXPORT size_t malloc_usable_size(void *p) { return qm_malloc_usable_size(p); }
+size_t malloc_object_size(const void *p);
+QM_EXPORT size_t malloc_object_size(const void *p) { return qm_malloc_object_size(p); }
 QM_EXPORT void free_sized(void *p, size_t n) { qm_free_sized(p, n); }
 QM_EXPORT void free_aligned_sized(void *p, size_t a, size_t n) { qm_free_aligned_sized(p, a, n); }
 QM_EXPORT struct mallinfo2 mallinfo2(void) { return qm_mallinfo2(); }

@@ -10,7 +10,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "meta.h"
 #include "options.h"
+#include "os.h"
 #include "primary.h"
 #include "secondary.h"
 
@@ -89,4 +91,18 @@ void qmt_prot_of(const void *p, char out[5]) {
     }
   }
   fclose(f);
+}
+
+long qmt_read_file(const char *path, char *buf, size_t cap) {
+  return qm_os_read_file(path, buf, cap);
+}
+
+size_t qmt_metadata(uintptr_t (*out)[2], size_t cap) {
+  size_t n = qm__meta_ranges(out, cap);
+  return n + qm__large_metadata(out + n, cap - n);
+}
+
+void qmt_primary_span(uintptr_t *lo, uintptr_t *hi) {
+  *lo = qm__pbase;
+  *hi = qm__pbase + qm__pspan;
 }

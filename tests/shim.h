@@ -41,6 +41,13 @@ long qmt_mappings(void);
  * ("rw-p", "---p"); "" when unmapped. */
 void qmt_prot_of(const void *p, char out[5]);
 size_t qmt_page(void);
+/* qm_os_read_file: what qmalloc reads proc and sys files with. */
+long qmt_read_file(const char *path, char *buf, size_t cap);
+/* The metadata mappings qmalloc holds now (meta chunks, record table, hash
+ * table), as [lo, hi) pairs into out (up to cap pairs); returns the count. */
+size_t qmt_metadata(uintptr_t (*out)[2], size_t cap);
+/* The primary's reservation: [lo, hi). */
+void qmt_primary_span(uintptr_t *lo, uintptr_t *hi);
 
 #ifdef __cplusplus
 }

@@ -145,6 +145,82 @@ TEST(ApiDeathTest, FreeSizedWithTheWrongSizeIsReported) {
                                          " \\(passed 100000 bytes, large chunk holds 200000\\)\n$");
 }
 
+// The exact requested size is known for every chunk: one byte off is wrong.
+TEST(ApiDeathTest, FreeSizedChecksTheExactSize) {
+  void *p = qm_malloc(100);
+  EXPECT_DEATH(qm_free_sized(p, 99), "^" QM_ERR "size mismatch in free_sized of " HEX
+                                     " \\(passed 99 bytes, small chunk holds 100\\)\n$");
+  void *q = qm_malloc(200000);
+  EXPECT_DEATH(qm_free_sized(q, 200001), "^" QM_ERR "size mismatch in free_sized of " HEX
+                                         " \\(passed 200001 bytes, large chunk holds 200000\\)\n$");
+  void *r = qm_aligned_alloc(64, 40);
+  EXPECT_DEATH(qm_free_aligned_sized(r, 64, 48),
+               "^" QM_ERR "size mismatch in free_aligned_sized of " HEX
+               " \\(passed 48 bytes, alignment 64, small chunk holds 40\\)\n$");
+  qm_free_sized(p, 100);
+  qm_free_sized(q, 200000);
+  qm_free_aligned_sized(r, 64, 40);
+}
+
+TEST(Api, UsableSizeIsTheRequestForSmallChunks) {
+  for (size_t n : {1ul, 17ul, 100ul, 4000ul}) {
+    char *p = static_cast<char *>(qm_malloc(n));
+    ASSERT_EQ(qm_malloc_usable_size(p), n) << "the canary starts right after it";
+    std::memset(p, 1, qm_malloc_usable_size(p));
+    qm_free(p); // and writing all of it is no overflow
+  }
+}
+
+TEST(Api, MallocZeroIsUniqueAndFreesNormally) {
+  void *a = qm_malloc(0), *b = qm_malloc(0), *c = qm_calloc(0, 8);
+  ASSERT_TRUE(a && b && c);
+  EXPECT_NE(a, b);
+  EXPECT_NE(b, c);
+  EXPECT_EQ(qm_malloc_usable_size(a), 0u);
+  char prot[5];
+  qmt_prot_of(a, prot);
+  EXPECT_STREQ(prot, "---p") << "any access faults";
+  void *d = qm_realloc(a, 100); // grows into a real chunk
+  ASSERT_NE(d, nullptr);
+  qm_free(d);
+  qm_free(b);
+  qm_free(c);
+}
+
+TEST(ApiDeathTest, MallocZeroDoubleFreeIsReported) {
+  void *a = qm_malloc(0);
+  qm_free(a);
+  EXPECT_DEATH(qm_free(a), "^" QM_ERR "double free of " HEX " \\(zero-size chunk\\)\n$");
+}
+
+// A file qmalloc reads at start-up that is missing must not leave errno set
+// (a successful malloc(200000) once left ENOENT behind).
+TEST(Api, FileReadsKeepErrno) {
+  errno = 4321;
+  char buf[16];
+  EXPECT_EQ(qmt_read_file("/nonexistent/qmalloc", buf, sizeof buf), -1);
+  EXPECT_EQ(errno, 4321);
+  EXPECT_GT(qmt_read_file("/proc/self/stat", buf, sizeof buf), 0);
+  EXPECT_EQ(errno, 4321);
+}
+
+// What a bounds check needs: bytes from any pointer to the end of its chunk.
+TEST(Api, ObjectSize) {
+  char *p = static_cast<char *>(qm_malloc(100));
+  EXPECT_EQ(qm_malloc_object_size(p), 100u);
+  EXPECT_EQ(qm_malloc_object_size(p + 40), 60u);
+  EXPECT_EQ(qm_malloc_object_size(p + 100), 0u) << "the canary is not the program's";
+  char *q = static_cast<char *>(qm_malloc(300000));
+  EXPECT_EQ(qm_malloc_object_size(q + 1000), 299000u);
+  EXPECT_EQ(qm_malloc_object_size(q + 300000), 0u);
+  int local = 0;
+  EXPECT_EQ(qm_malloc_object_size(&local), SIZE_MAX);
+  qm_free(p);
+  EXPECT_EQ(qm_malloc_object_size(p + 4), 0u);
+  qm_free(q);
+  EXPECT_EQ(qm_malloc_object_size(q + 4), 0u);
+}
+
 TEST(Api, ErrnoIsKeptOnSuccess) {
   errno = 1234;
   void *p = qm_malloc(1 << 20);

@@ -228,3 +228,29 @@ TEST(PurgeEnv, FreePagesGoBackWithoutTrim) {
 }
 
 } // namespace
+
+// No writable metadata page is adjacent to anything: each metadata mapping
+// (chunk addresses of free lists and caches, large-chunk records, the hash)
+// has a PROT_NONE page on both sides, and so has the primary's reservation
+// below its first class. Read from /proc/self/maps.
+TEST(Primary, MetadataIsFencedByGuardPages) {
+  void *small = qm_malloc(24), *large = qm_malloc(300000);
+  uintptr_t r[64][2];
+  size_t n = qmt_metadata(r, 64);
+  ASSERT_GE(n, 3u) << "meta chunks, record table, hash table";
+  size_t pg = qmt_page();
+  for (size_t i = 0; i < n; i++) {
+    char below[5], above[5];
+    qmt_prot_of(reinterpret_cast<void *>(r[i][0] - pg), below);
+    qmt_prot_of(reinterpret_cast<void *>(r[i][1]), above);
+    EXPECT_STREQ(below, "---p") << "below metadata mapping " << i;
+    EXPECT_STREQ(above, "---p") << "above metadata mapping " << i;
+  }
+  uintptr_t lo, hi;
+  qmt_primary_span(&lo, &hi);
+  char below[5];
+  qmt_prot_of(reinterpret_cast<void *>(lo - pg), below);
+  EXPECT_STREQ(below, "---p") << "below the first class region";
+  qm_free(small);
+  qm_free(large);
+}

@@ -12,7 +12,7 @@ const char *qmalloc_default_options(void);
 const char *qmalloc_default_options(void) {
   static char *opts;
   if (!opts)
-    opts = strdup("quarantine_max_chunks=0"); /* served while qmalloc starts */
+    opts = strdup("quarantine_max_chunks=0:strategy=unmap"); /* served while qmalloc starts */
   return opts;
 }
 
@@ -25,6 +25,9 @@ int main(void) {
   qm_stats(&after);
   /* no quarantine: the freed chunk was unmapped at once */
   int ok = after.unmaps == before.unmaps + 1 && after.quarantine_chunks == 0;
+  /* the strategy too, which is fixed once, the first time a large chunk
+   * is needed: the strdup above must not have been that time */
+  ok = ok && qm_probe_result()->strategy == QM_STRATEGY_UNMAP;
   printf("default options applied: %s\n", ok ? "yes" : "NO");
   return ok ? 0 : 1;
 }
