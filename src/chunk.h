@@ -55,10 +55,11 @@ QM_INLINE uint64_t qm_hdr_restate(uintptr_t chunk, uint64_t key, uint64_t w, uns
   return v | qm_hdr_sum(chunk, v, key);
 }
 
-/* The pattern word at 8-aligned address a: no zero byte, so an off-by-one
- * NUL changes it too. */
+/* The pattern word at 8-aligned address a: every byte has its top bit set,
+ * so an overflow by any ASCII byte (the NUL of an off-by-one string copy
+ * included) always changes it; other bytes match with odds of 1 in 128. */
 QM_INLINE uint64_t qm_guard(uintptr_t a, uint64_t gkey) {
-  return (a ^ gkey) | 0x0101010101010101ull;
+  return (a ^ gkey) | 0x8080808080808080ull;
 }
 /* The 8 pattern bytes starting at any address x. */
 QM_INLINE uint64_t qm_pattern8(uintptr_t x, uint64_t gkey) {
