@@ -83,6 +83,7 @@ int qm__primary_init(uint64_t secret) {
     size_t size = user_size_of(c) + QM_HDR;
     QM_CHECK_OP(qm_class_of_calc(user_size_of(c)), ==, c);
     qm__class[c].size = (uint32_t)size;
+    qm__class[c].lo = c ? qm__class[c - 1].size : QM_HDR;
     qm__class[c].magic = UINT64_MAX / size + 1;
     size_t slots = 32768 / size;
     qm__class[c].cache_max = (uint32_t)(slots < 2 ? 2 : slots > 128 ? 128 : slots);

@@ -27,6 +27,7 @@
 typedef struct qm_class_info {
   uint32_t size;      /* chunk bytes, header included */
   uint32_t cache_max; /* slots in a thread cache's bin */
+  uint32_t lo;        /* chunk offset of the smallest request's canary */
   uint64_t magic;     /* ceil(2^64 / size): chunk index by multiply-high */
   uint64_t key;       /* this region's header key */
   uint64_t gkey;      /* this region's guard and canary pattern key */
