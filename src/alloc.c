@@ -294,7 +294,8 @@ QM_INLINE bool small_release(uintptr_t ch, unsigned c, uint64_t w) {
     return false;
   qm_bin_t *b = &qm__bin[c];
   if (QM_LIKELY(b->count < b->max)) {
-    b->slot[b->count++] = ch;
+    /* at a random place: malloc takes the top one */
+    b->count = qm_bin_insert(b->slot, b->count, ch);
   } else {
     if (qm__cache_checked)
       check_neighbours(ch, c);

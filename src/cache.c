@@ -26,7 +26,8 @@ typedef struct qm_tcache {
 __thread qm_bin_t qm__bin[QM_NCLASS + 1] __attribute__((tls_model("initial-exec")));
 /* checked mode's counts, one per bin, over the bins' slot arrays */
 static __thread uint32_t hcount[QM_NCLASS] __attribute__((tls_model("initial-exec")));
-bool qm__cache_checked;
+__thread uint64_t qm__rng __attribute__((tls_model("initial-exec")));
+static _Atomic uint64_t seeds;
 static __thread qm_tcache_t *self __attribute__((tls_model("initial-exec")));
 static __thread int state __attribute__((tls_model("initial-exec")));
 
@@ -64,6 +65,8 @@ static bool cache_create(void) {
   }
   tc->bin = qm__bin;
   self = tc;
+  qm__rng = qm__cache_seed ^ (uintptr_t)&qm__rng ^
+            atomic_fetch_add_explicit(&seeds, 0x9e3779b97f4a7c15ull, memory_order_relaxed);
   state = TC_LIVE; /* before setspecific, which may itself call malloc */
   qm_lock(&registry_lock);
   tc->prev = NULL;
@@ -118,7 +121,7 @@ void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
     qm__central_give(c, b->slot + *n - half, half);
     *n -= half;
   }
-  b->slot[(*n)++] = chunk;
+  *n = qm_bin_insert(b->slot, *n, chunk);
 }
 
 void qm__cache_flush_self(void) {

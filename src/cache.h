@@ -21,12 +21,31 @@ typedef struct qm_bin {
  * it, and stays empty forever. */
 extern __thread qm_bin_t qm__bin[QM_NCLASS + 1] __attribute__((tls_model("initial-exec")));
 
+/* The calling thread's generator: which slot a freed chunk takes in its bin
+ * (so the chunk just freed is rarely the next handed out). Seeded per
+ * thread from the process secret (getrandom) when its cache is made. */
+extern __thread uint64_t qm__rng __attribute__((tls_model("initial-exec")));
+QM_INLINE uint64_t qm_rand(void) { /* wyrand: one multiply, passes BigCrush */
+  uint64_t s = qm__rng += 0xa0761d6478bd642full;
+  unsigned __int128 t = (unsigned __int128)s * (s ^ 0xe7037ed1a0b428dbull);
+  return (uint64_t)(t >> 64) ^ (uint64_t)t;
+}
+/* Puts chunk into slot[0..n] at a random place; returns n + 1. */
+QM_INLINE uint32_t qm_bin_insert(uintptr_t *slot, uint32_t n, uintptr_t chunk) {
+  uint32_t j = (uint32_t)(((uint64_t)(uint32_t)qm_rand() * (n + 1)) >> 32);
+  slot[n] = slot[j];
+  slot[j] = chunk;
+  return n + 1;
+}
+
 /* Checked mode (hardening=max, zero_on_free): every bin keeps max = 0 and
  * count = 0, so both fast paths always fall to the slow ones, which keep the
  * thread's chunks in the same slot arrays under counts of their own and do
  * the checks the fast paths leave out. Set once, by init, before any
  * allocation. */
 extern bool qm__cache_checked;
+/* Set by init from the process secret, before any thread has a cache. */
+extern uint64_t qm__cache_seed;
 
 /* The slow paths: take one chunk of class c (refilling the cache), or give
  * one back (draining it). take returns 0 when the class is exhausted. In

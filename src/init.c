@@ -26,14 +26,11 @@
 #include "primary.h"
 #include "qm.h"
 #include "report.h"
+#include "ro.h"
 #include "secondary.h"
 #include "zero.h"
 
-size_t qm__small_limit;
 int qm__init_done;
-uint64_t qm__secret;
-size_t qm__page;
-unsigned qm__page_shift;
 
 static int init_state; /* 0 not started, 1 running, 2 done */
 int qm__booting;
@@ -133,10 +130,12 @@ void qm__init_slow(void) {
   __atomic_store_n(&qm__booting, 0, __ATOMIC_RELAXED);
   qm__secret = make_secret();
   qm__cache_checked = qm__opt.hardening == QM_HARDENING_MAX || qm__opt.zero_on_free;
+  qm__cache_seed = qm__secret * 0xd6e8feb86659fd93ull;
   size_t limit = qm__opt.large_threshold_kb << 10;
   if (qm__primary_init(qm__secret) == 0)
     qm__small_limit = limit;
   /* else every request goes to the secondary: slow, but correct */
+  qm__ro_seal(); /* nothing above changes after this */
   __atomic_store_n(&qm__init_done, 1, __ATOMIC_RELEASE);
   __atomic_store_n(&init_state, 2, __ATOMIC_RELEASE);
   initializing = false;

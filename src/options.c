@@ -12,7 +12,6 @@
 #include "os.h"
 #include "report.h"
 
-qm_options_t qm__opt;
 
 enum { KIND_BOOL, KIND_UINT, KIND_ENUM };
 #define KIND_OF_BOOL KIND_BOOL

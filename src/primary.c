@@ -36,12 +36,7 @@ typedef struct central {
   size_t purged_bytes, purges;
 } __attribute__((aligned(64))) central_t;
 
-qm_class_info_t qm__class[QM_NCLASS + 1];
 _Atomic size_t qm__committed[QM_NCLASS + 1];
-uint8_t qm__class_tab[QM_CLASS_TAB_MAX / 16 + 1];
-uintptr_t qm__pbase;
-size_t qm__pspan;
-unsigned qm__rshift;
 static central_t central[QM_NCLASS];
 static _Atomic uint64_t pending; /* classes with a purge due (bit c) */
 
@@ -126,17 +121,27 @@ static bool commit(unsigned c, size_t upto) {
 
 static void purge_pending(void);
 
-/* Checks chunks about to go to a thread cache (or straight to malloc) and
- * writes each a FREE header: a batch entry that is not a carved chunk of
+/* Checks chunks about to go to a thread cache (or straight to malloc),
+ * shuffles them, and writes each a FREE header: a batch entry that is not a carved chunk of
  * this class, or whose header is neither FREE nor cleared by a purge, is a
  * forged entry or a corrupted chunk. Writing the header also cancels a
  * pending MADV_FREE of its page, so the header stays what the fast path
  * expects. Runs after the class lock is released: only this thread holds
  * these chunks now. carved is a snapshot; chunks below it stay carved. */
-static void arm(unsigned c, const uintptr_t *out, unsigned n, size_t carved) {
+static void arm(unsigned c, uintptr_t *out, unsigned n, size_t carved) {
   uintptr_t base = region(c);
   uint32_t size = qm__class[c].size;
   uint64_t key = qm__class[c].key, gkey = qm__class[c].gkey;
+  /* in shuffled order: chunks carved side by side are not handed out side
+   * by side (Fisher-Yates, keyed so the order cannot be foretold) */
+  uint64_t r = mix(key ^ carved ^ (uintptr_t)out ^ n);
+  for (unsigned i = n; i > 1; i--) {
+    r = mix(r);
+    unsigned j = (unsigned)(((r & 0xffffffffu) * i) >> 32);
+    uintptr_t t = out[i - 1];
+    out[i - 1] = out[j];
+    out[j] = t;
+  }
   for (unsigned i = 0; i < n; i++) {
     uintptr_t ch = out[i], roff = ch - base;
     if (roff >= carved || qm_chunk_index(roff, c) * size != roff)

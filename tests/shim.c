@@ -14,11 +14,26 @@
 #include "options.h"
 #include "os.h"
 #include "primary.h"
+#include "ro.h"
 #include "secondary.h"
 
-void qmt_options_reset(void) { qm__options_reset(); }
-int qmt_options_apply(const char *s) { return qm__options_apply("QMALLOC_OPTIONS", s); }
-void qmt_options_init(void) { qm__options_init(); }
+/* the options are sealed read-only after init: open them around a change */
+void qmt_options_reset(void) {
+  qm__ro_unseal();
+  qm__options_reset();
+  qm__ro_seal();
+}
+int qmt_options_apply(const char *s) {
+  qm__ro_unseal();
+  int r = qm__options_apply("QMALLOC_OPTIONS", s);
+  qm__ro_seal();
+  return r;
+}
+void qmt_options_init(void) {
+  qm__ro_unseal();
+  qm__options_init();
+  qm__ro_seal();
+}
 
 uint64_t qmt_option(const char *name) {
 #define QM_OPT(n, kind, def, min, max, choices, doc)                                               \
@@ -106,3 +121,13 @@ void qmt_primary_span(uintptr_t *lo, uintptr_t *hi) {
   *lo = qm__pbase;
   *hi = qm__pbase + qm__pspan;
 }
+
+void qmt_ro_range(uintptr_t *lo, uintptr_t *hi) {
+  void *a, *b;
+  qm__ro_range(&a, &b);
+  *lo = (uintptr_t)a;
+  *hi = (uintptr_t)b;
+}
+
+void qmt_poke_options(void) { *(volatile uint64_t *)&qm__opt.verbose = 1; }
+void qmt_poke_class_key(void) { *(volatile uint64_t *)&qm__class[3].key ^= 1; }

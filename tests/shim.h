@@ -46,6 +46,11 @@ long qmt_read_file(const char *path, char *buf, size_t cap);
 /* The metadata mappings qmalloc holds now (meta chunks, record table, hash
  * table), as [lo, hi) pairs into out (up to cap pairs); returns the count. */
 size_t qmt_metadata(uintptr_t (*out)[2], size_t cap);
+/* The pages sealed read-only after init: [lo, hi). */
+void qmt_ro_range(uintptr_t *lo, uintptr_t *hi);
+/* Writes to the sealed options / a class key: must fault. */
+void qmt_poke_options(void);
+void qmt_poke_class_key(void);
 /* The primary's reservation: [lo, hi). */
 void qmt_primary_span(uintptr_t *lo, uintptr_t *hi);
 

@@ -3,6 +3,9 @@
 // thread exit handing caches back, and free pages going back to the kernel.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <set>
@@ -45,12 +48,20 @@ TEST(Primary, EverySmallSizeIsAlignedUsableAndDistinct) {
     qm_free(p);
 }
 
-TEST(Primary, FreedChunksAreReusedLifo) {
+TEST(Primary, FreedChunkComesBackFromTheCache) {
+  // which free chunk a malloc gets is random, but a freed one is not lost:
+  // it is handed out again before the class carves much more
   void *p = qm_malloc(40);
   qm_free(p);
-  void *q = qm_malloc(40);
-  EXPECT_EQ(p, q);
-  qm_free(q);
+  std::vector<void *> held;
+  bool back = false;
+  for (int i = 0; i < 4096 && !back; i++) {
+    held.push_back(qm_malloc(40));
+    back = held.back() == p;
+  }
+  EXPECT_TRUE(back);
+  for (void *q : held)
+    qm_free(q);
 }
 
 TEST(PrimaryDeathTest, DoubleFreeIsReported) {
@@ -77,13 +88,19 @@ TEST(PrimaryDeathTest, CorruptedHeaderIsReported) {
 }
 
 TEST(PrimaryDeathTest, NeighbourOverflowIsCaughtAtFree) {
-  // two chunks of a fresh class sit next to each other; writing past the
-  // first one's end lands on the second one's header
-  char *a = static_cast<char *>(qm_malloc(3000));
-  char *b = static_cast<char *>(qm_malloc(3000));
-  char *lo = a < b ? a : b, *hi = a < b ? b : a;
+  // chunks are carved in shuffled order, but a run's chunks sit next to
+  // each other: take enough to hold whole runs and find two neighbours;
+  // writing past the first one's end lands on the second one's header
   size_t cap = qmt_class_user_size(qmt_class_of(3000));
-  ASSERT_EQ(hi - lo, static_cast<ptrdiff_t>(cap + 16)) << "classes carve chunks contiguously";
+  std::vector<char *> c;
+  for (int i = 0; i < 256; i++)
+    c.push_back(static_cast<char *>(qm_malloc(3000)));
+  std::sort(c.begin(), c.end());
+  char *lo = nullptr, *hi = nullptr;
+  for (size_t i = 1; i < c.size() && !lo; i++)
+    if (c[i] - c[i - 1] == static_cast<ptrdiff_t>(cap + 16))
+      lo = c[i - 1], hi = c[i];
+  ASSERT_NE(lo, nullptr) << "no two chunks of a run are neighbours";
   std::memset(lo, 'A', cap + 8);
   EXPECT_DEATH(qm_free(hi), "^" QM_ERR "corrupted chunk header of " HEX);
 }
@@ -253,4 +270,24 @@ TEST(Primary, MetadataIsFencedByGuardPages) {
   EXPECT_STREQ(below, "---p") << "below the first class region";
   qm_free(small);
   qm_free(large);
+}
+
+// Options, class table, keys and region bases are read-only once init is
+// done: a write primitive cannot turn a check off or learn to forge keys.
+TEST(Primary, GlobalStateIsReadOnly) {
+  qm_free(qm_malloc(8)); // init done
+  uintptr_t lo, hi;
+  qmt_ro_range(&lo, &hi);
+  ASSERT_LT(lo, hi);
+  for (uintptr_t a = lo; a < hi; a += qmt_page()) {
+    char prot[5];
+    qmt_prot_of(reinterpret_cast<void *>(a), prot);
+    EXPECT_STREQ(prot, "r--p") << "page " << (a - lo) / qmt_page();
+  }
+}
+
+TEST(PrimaryDeathTest, WritingTheSealedStateFaults) {
+  qm_free(qm_malloc(8));
+  EXPECT_EXIT(qmt_poke_options(), ::testing::KilledBySignal(SIGSEGV), "");
+  EXPECT_EXIT(qmt_poke_class_key(), ::testing::KilledBySignal(SIGSEGV), "");
 }
