@@ -67,6 +67,9 @@ static _Noreturn QM_COLD void small_error(const char *op, void *p, uintptr_t chu
   if (roff >= committed(c))
     qm__report_fatal(op, p, "not allocated by qmalloc: unused part of the small-chunk heap");
   const qm_class_info_t *ci = &qm__class[c];
+  if (qm_slot_dead(chunk - qm_region(c), ci->size))
+    qm__report_fatal(op, p,
+                     "not allocated by qmalloc: space by a guard page of the small-chunk heap");
   uint64_t w = *qm_hdr_at(chunk), g = *qm_guard_at(chunk);
   if ((w && !qm_hdr_valid(chunk, w, ci->key)) || (w && g != qm_guard(chunk, ci->gkey))) {
     qm_buf_str(&d, "small chunk of class ");
@@ -121,9 +124,10 @@ static uintptr_t small_check(const char *op, void *p, uintptr_t off, unsigned *c
   uintptr_t a = (uintptr_t)p, roff;
   uintptr_t ch = chunk_of(a, off, cls, &roff);
   unsigned c = *cls;
-  if (QM_UNLIKELY(c == QM_ZCLASS || roff >= committed(c)))
-    small_error(op, p, ch, c, roff);
   const qm_class_info_t *ci = &qm__class[c];
+  if (QM_UNLIKELY(c == QM_ZCLASS || roff >= committed(c) ||
+                  qm_slot_dead(ch - qm_region(c), ci->size)))
+    small_error(op, p, ch, c, roff);
   uint64_t w = *qm_hdr_at(ch);
   if (QM_UNLIKELY(qm_hdr_state(w) != QM_CHUNK_ALLOC || !qm_hdr_valid(ch, w, ci->key) ||
                   *qm_guard_at(ch) != qm_guard(ch, ci->gkey) ||
@@ -259,7 +263,7 @@ static QM_COLD void check_neighbours(uintptr_t ch, unsigned c) {
   uintptr_t side[2] = {ch - ci->size, ch + ci->size};
   for (int i = 0; i < 2; i++) {
     uintptr_t n = side[i];
-    if (n < base || n + QM_HDR > top)
+    if (n < base || n + QM_HDR > top || qm_slot_dead(n - base, ci->size))
       continue;
     uint64_t w = *qm_hdr_at(n), g = *qm_guard_at(n);
     if (!w || (qm_hdr_valid(n, w, ci->key) && g == qm_guard(n, ci->gkey)))
@@ -590,8 +594,15 @@ bool qm__small_describe(uintptr_t a, const char **what, qm_buf_t *d) {
   if (c == QM_ZCLASS)
     return qm__zero_describe(a, what, d);
   uintptr_t roff = off & region_mask();
-  if (roff < committed(c))
-    return false; /* RW memory: whatever faulted there, it was not qmalloc's guard */
+  if (roff < committed(c)) {
+    if (!qm_on_guard(roff))
+      return false; /* RW memory: whatever faulted there, it was not qmalloc's guard */
+    *what = "heap overflow or underflow";
+    qm_buf_str(d, "guard page between runs of small chunks of class ");
+    qm_buf_dec(d, class_user(c));
+    qm_buf_str(d, " bytes");
+    return true;
+  }
   *what = "wild access";
   qm_buf_str(d, "unused part of the small-chunk heap, class ");
   qm_buf_dec(d, class_user(c));

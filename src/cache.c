@@ -16,10 +16,29 @@
 
 enum { TC_EMPTY, TC_LIVE, TC_DEAD };
 
+/* Delayed free (free_delay = D > 0, checked mode): a chunk freed by a thread
+ * waits in a per-class FIFO ring of that thread, stamped with the thread's
+ * count of mallocs of its class, and enters the bin (where malloc can have
+ * it) only once that count has grown by more than D. A ring holds up to 2D
+ * chunks and at most DELAY_BYTES: a thread that frees more than that within
+ * D mallocs pushes its oldest out early (counted). Rings are emptied into
+ * the central lists when the thread exits. */
+typedef struct delayed {
+  uintptr_t chunk;
+  uint32_t at;
+} delayed_t;
+#define DELAY_BYTES ((size_t)16 << 20)
+static __thread uint32_t clock_of[QM_NCLASS] __attribute__((tls_model("initial-exec")));
+static __thread uint32_t rhead[QM_NCLASS],
+    rcount[QM_NCLASS] __attribute__((tls_model("initial-exec")));
+static __thread delayed_t *rings __attribute__((tls_model("initial-exec")));
+static _Atomic size_t delay_early;
+
 /* A thread's registration: where its bins are, and its slot storage. */
 typedef struct qm_tcache {
   qm_bin_t *bin; /* the owning thread's qm__bin */
   uintptr_t *slots;
+  delayed_t *rings; /* ring_cap() entries per class, when free_delay > 0 */
   struct qm_tcache *next, *prev;
 } qm_tcache_t;
 
@@ -38,6 +57,12 @@ static size_t nthreads;
 static pthread_key_t exit_key;
 static bool key_ok;
 
+static uint32_t ring_cap(unsigned c) {
+  size_t cap = 2 * (size_t)qm__opt.free_delay, fit = DELAY_BYTES / qm__class[c].size;
+  return (uint32_t)(cap < fit ? cap : fit ? fit : 1);
+}
+static delayed_t *ring_of(unsigned c) { return rings + (size_t)c * 2 * qm__opt.free_delay; }
+
 /* Gives this thread's bins their slots; false if there is no memory for
  * them, in which case the thread allocates from the central lists. */
 static bool cache_create(void) {
@@ -50,15 +75,20 @@ static bool cache_create(void) {
     size_t slots = 0;
     for (unsigned c = 0; c < QM_NCLASS; c++)
       slots += qm__class[c].cache_max;
-    tc = qm__meta_alloc(sizeof *tc + slots * sizeof(uintptr_t));
+    /* the rings' pages are touched only as they fill */
+    size_t ring_bytes = (size_t)QM_NCLASS * 2 * qm__opt.free_delay * sizeof(delayed_t);
+    tc = qm__meta_alloc(sizeof *tc + ring_bytes + slots * sizeof(uintptr_t));
     if (!tc)
       return false;
-    tc->slots = (uintptr_t *)(tc + 1);
+    tc->rings = (delayed_t *)(tc + 1);
+    tc->slots = (uintptr_t *)((char *)tc->rings + ring_bytes);
   }
+  rings = tc->rings;
   uintptr_t *s = tc->slots;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     qm__bin[c].count = 0;
     hcount[c] = 0;
+    rhead[c] = rcount[c] = 0;
     qm__bin[c].slot = s;
     qm__bin[c].max = qm__cache_checked ? 0 : qm__class[c].cache_max;
     s += qm__class[c].cache_max;
@@ -95,11 +125,68 @@ static bool have_cache(void) {
 /* The count this thread's bin of class c is kept under. */
 static uint32_t *count_of(unsigned c) { return qm__cache_checked ? &hcount[c] : &qm__bin[c].count; }
 
+/* Puts chunk into this thread's bin of class c at a random place, first
+ * handing half the bin to the central list if it is full. */
+static void bin_put(unsigned c, uintptr_t chunk) {
+  qm_bin_t *b = &qm__bin[c];
+  uint32_t *n = count_of(c), max = qm__class[c].cache_max;
+  if (*n == max) {
+    unsigned half = max / 2;
+    qm__central_give(c, b->slot + *n - half, half);
+    *n -= half;
+  }
+  *n = qm_bin_insert(b->slot, *n, chunk);
+}
+
+/* The ring's oldest chunk into the bin. */
+static void ring_pop(unsigned c) {
+  delayed_t *r = ring_of(c);
+  uintptr_t chunk = r[rhead[c]].chunk;
+  rhead[c] = rhead[c] + 1 == ring_cap(c) ? 0 : rhead[c] + 1;
+  rcount[c]--;
+  bin_put(c, chunk);
+}
+
+static void ring_push(unsigned c, uintptr_t chunk) {
+  uint32_t cap = ring_cap(c);
+  if (rcount[c] == cap) {
+    ring_pop(c);
+    atomic_fetch_add_explicit(&delay_early, 1, memory_order_relaxed);
+  }
+  uint32_t at = rhead[c] + rcount[c];
+  ring_of(c)[at >= cap ? at - cap : at] = (delayed_t){chunk, clock_of[c]};
+  rcount[c]++;
+}
+
+/* A malloc of class c: chunks freed more than free_delay mallocs ago may
+ * serve it now. */
+static void ring_tick(unsigned c) {
+  uint32_t now = ++clock_of[c];
+  while (rcount[c] && now - ring_of(c)[rhead[c]].at > qm__opt.free_delay)
+    ring_pop(c);
+}
+
+static void ring_flush(void) {
+  for (unsigned c = 0; c < QM_NCLASS; c++)
+    while (rcount[c]) {
+      delayed_t *d = &ring_of(c)[rhead[c]];
+      rhead[c] = rhead[c] + 1 == ring_cap(c) ? 0 : rhead[c] + 1;
+      rcount[c]--;
+      qm__central_give(c, &d->chunk, 1);
+    }
+}
+
+size_t qm__cache_delay_early(void) {
+  return atomic_load_explicit(&delay_early, memory_order_relaxed);
+}
+
 uintptr_t qm__cache_take_slow(unsigned c) {
   if (!have_cache()) {
     uintptr_t one;
     return qm__central_take(c, &one, 1) ? one : 0;
   }
+  if (qm__opt.free_delay)
+    ring_tick(c);
   qm_bin_t *b = &qm__bin[c];
   uint32_t *n = count_of(c);
   if (!*n)
@@ -114,14 +201,10 @@ void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
     qm__central_give(c, &chunk, 1);
     return;
   }
-  qm_bin_t *b = &qm__bin[c];
-  uint32_t *n = count_of(c), max = qm__class[c].cache_max;
-  if (*n == max) {
-    unsigned half = max / 2;
-    qm__central_give(c, b->slot + *n - half, half);
-    *n -= half;
-  }
-  *n = qm_bin_insert(b->slot, *n, chunk);
+  if (qm__opt.free_delay)
+    ring_push(c, chunk);
+  else
+    bin_put(c, chunk);
 }
 
 void qm__cache_flush_self(void) {
@@ -140,6 +223,8 @@ static void on_thread_exit(void *arg) {
   if (state != TC_LIVE || tc != self)
     return;
   qm__cache_flush_self();
+  if (qm__opt.free_delay)
+    ring_flush();
   for (unsigned c = 0; c < QM_NCLASS; c++)
     qm__bin[c].max = 0; /* every later call takes the slow path */
   state = TC_DEAD;

@@ -129,7 +129,8 @@ void qm__init_slow(void) {
   qm__options_init();
   __atomic_store_n(&qm__booting, 0, __ATOMIC_RELAXED);
   qm__secret = make_secret();
-  qm__cache_checked = qm__opt.hardening == QM_HARDENING_MAX || qm__opt.zero_on_free;
+  qm__cache_checked =
+      qm__opt.hardening == QM_HARDENING_MAX || qm__opt.zero_on_free || qm__opt.free_delay;
   qm__cache_seed = qm__secret * 0xd6e8feb86659fd93ull;
   size_t limit = qm__opt.large_threshold_kb << 10;
   if (qm__primary_init(qm__secret) == 0)

@@ -12,7 +12,6 @@
 #include "os.h"
 #include "report.h"
 
-
 enum { KIND_BOOL, KIND_UINT, KIND_ENUM };
 #define KIND_OF_BOOL KIND_BOOL
 #define KIND_OF_UINT KIND_UINT
@@ -232,8 +231,13 @@ void qm__options_init(void) {
 }
 
 void qm__options_profile(void) {
-  if (qm__opt.hardening == QM_HARDENING_MAX)
+  if (qm__opt.hardening == QM_HARDENING_MAX) {
     qm__opt.zero_on_free = 1;
+    if (qm__opt.free_delay < 256)
+      qm__opt.free_delay = 256;
+    if (!qm__opt.guard_interval_kb || qm__opt.guard_interval_kb > 256)
+      qm__opt.guard_interval_kb = 256;
+  }
 }
 
 void qm__options_print(void) {

@@ -67,6 +67,15 @@ static uint64_t mix(uint64_t x) {
 }
 
 int qm__primary_init(uint64_t secret) {
+  /* a power of two, at least 256 KiB: the largest class's chunk then fits
+   * between two guards */
+  size_t g = (size_t)qm__opt.guard_interval_kb << 10;
+  if (g) {
+    size_t p2 = (size_t)256 << 10;
+    while (p2 < g)
+      p2 <<= 1;
+    qm__gmask = p2 - 1;
+  }
   /* classes are multiples of 16 up to the table's end: one entry per granule */
   for (size_t i = 0; i <= QM_CLASS_TAB_MAX / 16; i++)
     qm__class_tab[i] = (uint8_t)qm_class_of_calc(i * 16);
@@ -104,7 +113,44 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Makes [0, upto) of region c RW; false if the kernel refused. */
+/* How guard pages are made: guard markers (MADV_GUARD_INSTALL, Linux 6.13+,
+ * commit 662df3e5c376), which split no mapping, or, where the kernel lacks
+ * them, mprotect(PROT_NONE), which splits the region's mapping in two per
+ * guard. When the kernel refuses one (vm.max_map_count reached), that page
+ * stays RW: one guard fewer, and its dead slots stay unused all the same. */
+enum { GUARD_UNKNOWN, GUARD_MARKER, GUARD_PROTECT };
+static _Atomic int guard_kind;
+static _Atomic size_t guards_made, guards_missed;
+
+static void make_guard(uintptr_t page) {
+  int kind = atomic_load_explicit(&guard_kind, memory_order_relaxed);
+  if (kind != GUARD_PROTECT) {
+    int r = qm_os_guard_install((void *)page, qm__page);
+    if (!r) {
+      atomic_store_explicit(&guard_kind, GUARD_MARKER, memory_order_relaxed);
+      atomic_fetch_add_explicit(&guards_made, 1, memory_order_relaxed);
+      return;
+    }
+    if (r != EINVAL) {
+      atomic_fetch_add_explicit(&guards_missed, 1, memory_order_relaxed);
+      return;
+    }
+    atomic_store_explicit(&guard_kind, GUARD_PROTECT, memory_order_relaxed);
+  }
+  if (qm_os_protect((void *)page, qm__page, QM_PROT_RW, QM_PROT_NONE))
+    atomic_fetch_add_explicit(&guards_missed, 1, memory_order_relaxed);
+  else
+    atomic_fetch_add_explicit(&guards_made, 1, memory_order_relaxed);
+}
+
+void qm__primary_guards(size_t *made, size_t *missed, bool *markers) {
+  *made = atomic_load_explicit(&guards_made, memory_order_relaxed);
+  *missed = atomic_load_explicit(&guards_missed, memory_order_relaxed);
+  *markers = atomic_load_explicit(&guard_kind, memory_order_relaxed) == GUARD_MARKER;
+}
+
+/* Makes [0, upto) of region c RW, but for its guard pages; false if the
+ * kernel refused. */
 static bool commit(unsigned c, size_t upto) {
   size_t have = atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
   if (upto <= have)
@@ -115,6 +161,9 @@ static bool commit(unsigned c, size_t upto) {
     want = limit;
   if (qm_os_protect((void *)(region(c) + have), want - have, QM_PROT_NONE, QM_PROT_RW))
     return false;
+  if (qm__gmask)
+    for (size_t e = (have | qm__gmask) + 1; e <= want; e += qm__gmask + 1)
+      make_guard(region(c) + e - qm__page);
   atomic_store_explicit(&qm__committed[c], want, memory_order_release);
   return true;
 }
@@ -144,7 +193,7 @@ static void arm(unsigned c, uintptr_t *out, unsigned n, size_t carved) {
   }
   for (unsigned i = 0; i < n; i++) {
     uintptr_t ch = out[i], roff = ch - base;
-    if (roff >= carved || qm_chunk_index(roff, c) * size != roff)
+    if (roff >= carved || qm_chunk_index(roff, c) * size != roff || qm_slot_dead(roff, size))
       qm__report_bad_entry(size - QM_HDR, ch, "not a chunk of its class");
     uint64_t w = *qm_hdr_at(ch);
     if (w && (qm_hdr_state(w) != QM_CHUNK_FREE || !qm_hdr_valid(ch, w, key) ||
@@ -181,15 +230,17 @@ unsigned qm__central_take(unsigned c, uintptr_t *out, unsigned want) {
      * the next chunk's guard word goes): keep them inside the region and
      * committed */
     size_t limit = ((size_t)1 << qm__rshift) - QM_HDR;
-    size_t k = (limit - cl->carved) / size;
-    if (k > want - n)
-      k = want - n;
+    /* slots for the chunks wanted, and for the dead ones among them */
+    size_t k = 0, live = 0;
+    for (size_t at = cl->carved; live < want - n && at + size <= limit; at += size, k++)
+      live += !qm_slot_dead(at, size);
     if (k && !commit(c, cl->carved + k * size + QM_HDR)) {
       size_t have = atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
       k = have >= cl->carved + QM_HDR ? (have - cl->carved - QM_HDR) / size : 0;
     }
     for (; k; k--, cl->carved += size)
-      out[n++] = region(c) + cl->carved;
+      if (!qm_slot_dead(cl->carved, size))
+        out[n++] = region(c) + cl->carved;
   }
   size_t carved = cl->carved;
   qm_unlock(&cl->lock);

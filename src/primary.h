@@ -39,6 +39,19 @@ extern _Atomic size_t qm__committed[QM_NCLASS + 1];
 extern uintptr_t qm__pbase;
 extern size_t qm__pspan; /* 0 until init: every pointer then looks large */
 extern unsigned qm__rshift;
+/* Guard pages inside class regions: the last page of every aligned span of
+ * qm__gmask + 1 bytes of a region is inaccessible (0: no guards). A chunk
+ * slot that would overlap it (its canary's 8 spare bytes included) is dead:
+ * never carved, never a valid chunk. Chunk positions stay multiples of the
+ * class size, so the index arithmetic is unchanged. */
+extern uintptr_t qm__gmask;
+QM_INLINE bool qm_slot_dead(uintptr_t roff, size_t size) {
+  return qm__gmask && roff + size + 8 > (roff | qm__gmask) + 1 - qm__page;
+}
+/* Whether byte roff of a region is on one of its guard pages. */
+QM_INLINE bool qm_on_guard(uintptr_t roff) {
+  return qm__gmask && (roff & qm__gmask) >= qm__gmask + 1 - qm__page;
+}
 
 /* Class of a request of n user bytes (n <= QM_SMALL_MAX): 16-byte steps to
  * 256, then four classes per doubling; 0 bytes share class 0 here. */
@@ -78,6 +91,9 @@ unsigned qm__central_take(unsigned c, uintptr_t *out, unsigned want);
 void qm__central_give(unsigned c, const uintptr_t *in, unsigned n);
 /* Returns fully free pages of every class to the kernel now. */
 size_t qm__primary_purge_all(void);
+/* Guard pages made inside class regions, and refused (the page stayed RW);
+ * markers: they are guard markers, not PROT_NONE mappings. */
+void qm__primary_guards(size_t *made, size_t *missed, bool *markers);
 
 typedef struct qm_primary_stats {
   size_t reserved, committed, carved, central_free, purged_bytes, purges;

@@ -49,6 +49,16 @@ void qmt_quarantine_flush(void) { qm__large_flush(); }
 unsigned qmt_nclasses(void) { return QM_NCLASS; }
 unsigned qmt_class_of(size_t n) { return qm_class_of_calc(n); }
 size_t qmt_class_user_size(unsigned c) { return qm__class[c].size - QM_HDR; }
+uintptr_t qmt_region(unsigned c) { return qm_region(c); }
+int qmt_header_valid_as(const void *p, unsigned c) {
+  uintptr_t ch = (uintptr_t)p - QM_HDR;
+  return qm_hdr_valid(ch, *qm_hdr_at(ch), qm__class[c].key);
+}
+void qmt_guards(size_t *made, size_t *missed, int *markers) {
+  bool m;
+  qm__primary_guards(made, missed, &m);
+  *markers = m;
+}
 uintptr_t qmt_committed_end(unsigned c) {
   return qm__pbase + ((uintptr_t)c << qm__rshift) + atomic_load(&qm__committed[c]);
 }

@@ -23,6 +23,11 @@ void qmt_options_init(void);
 unsigned qmt_nclasses(void);
 unsigned qmt_class_of(size_t n);
 size_t qmt_class_user_size(unsigned c);
+uintptr_t qmt_region(unsigned c);
+/* Whether the header of small chunk p checks out under class c's key. */
+int qmt_header_valid_as(const void *p, unsigned c);
+/* Guard pages made inside class regions, refused, and whether markers. */
+void qmt_guards(size_t *made, size_t *missed, int *markers);
 /* The first byte of class c's region that is not committed (PROT_NONE). */
 uintptr_t qmt_committed_end(unsigned c);
 /* 1 if p lies in the small-chunk heap. */

@@ -64,6 +64,66 @@ TEST(Primary, FreedChunkComesBackFromTheCache) {
     qm_free(q);
 }
 
+TEST(Primary, AHeaderOfOneClassForgesNoneInAnother) {
+  // the checksum's key is the class region's own: 256 valid headers of the
+  // 48-byte class, each checked as if its chunk were in every other class,
+  // pass by chance only (a 16-bit checksum: about 1 in 65536 each)
+  unsigned c48 = qmt_class_of(48);
+  std::vector<void *> v;
+  for (int i = 0; i < 256; i++)
+    v.push_back(qm_malloc(48));
+  int forged = 0;
+  for (void *p : v) {
+    ASSERT_TRUE(qmt_header_valid_as(p, c48));
+    for (unsigned c = 0; c < qmt_nclasses(); c++)
+      forged += c != c48 && qmt_header_valid_as(p, c);
+  }
+  EXPECT_LE(forged, 3) << "of " << 256 * (qmt_nclasses() - 1);
+  for (void *p : v)
+    qm_free(p);
+}
+
+TEST(Primary, ClassRegionsHaveGuardPages) {
+  // 8 MiB of one class crosses at least 8 of the default 1 MiB spans, each
+  // ending in an inaccessible page
+  std::vector<void *> v;
+  for (int i = 0; i < 8 * 4096; i++)
+    v.push_back(qm_malloc(240));
+  size_t made, missed;
+  int markers;
+  qmt_guards(&made, &missed, &markers);
+  EXPECT_GE(made, 8u);
+  EXPECT_EQ(missed, 0u);
+  char prot[5];
+  size_t pg = qmt_page(), inacc = 0;
+  std::sort(v.begin(), v.end());
+  uintptr_t lo = reinterpret_cast<uintptr_t>(v.front()) & ~(pg - 1);
+  for (uintptr_t a = lo; !markers && a < reinterpret_cast<uintptr_t>(v.back()); a += pg) {
+    qmt_prot_of(reinterpret_cast<void *>(a), prot);
+    inacc += prot[0] == '-';
+  }
+  if (!markers) {
+    EXPECT_GE(inacc, 7u) << "PROT_NONE guards show in /proc/self/maps";
+  }
+  for (void *p : v)
+    qm_free(p);
+}
+
+TEST(PrimaryDeathTest, AnOverflowIntoAClassGuardPageFaults) {
+  // spans start at the class region's base: the guard page of the span
+  // holding p is the last page below the next MiB from there
+  std::vector<void *> v;
+  for (int i = 0; i < 2 * 4096; i++)
+    v.push_back(qm_malloc(240));
+  uintptr_t p = reinterpret_cast<uintptr_t>(*std::min_element(v.begin(), v.end()));
+  uintptr_t base = qmt_region(qmt_class_of(240));
+  uintptr_t guard = base + ((p - base) | ((1u << 20) - 1)) + 1 - qmt_page();
+  ASSERT_LT(guard, qmt_committed_end(qmt_class_of(240)));
+  EXPECT_EXIT(poke(reinterpret_cast<void *>(guard), 100), testing::KilledBySignal(SIGSEGV),
+              "^" QM_ERR "heap overflow or underflow \\(write\\) at " HEX
+              " \\(guard page between runs of small chunks of class 240 bytes\\)\n$");
+}
+
 TEST(PrimaryDeathTest, DoubleFreeIsReported) {
   void *p = qm_malloc(48);
   qm_free(p);
