@@ -246,11 +246,20 @@ TEST_F(Large, QuarantineKeepsToItsResidentBudget) {
   qm_stats_t s = stats();
   EXPECT_LE(s.quarantine_resident_bytes, 4 * MiB);
   EXPECT_GE(s.quarantine_chunks, before.quarantine_chunks + 10) << "dropped, still quarantined";
-  EXPECT_GE(s.drops, before.drops + 6);
   size_t resident = 0;
   for (char *p : v)
     resident += qmt_resident(p, MiB);
   EXPECT_LE(resident, 4 * MiB);
+  if (s.strategy != QM_STRATEGY_PROTECT) {
+    // discard and guard drop every chunk's pages as it enters the quarantine
+    // (a kernel without the mprotect fast path: 5.10 and 5.15 unpatched)
+    EXPECT_EQ(s.quarantine_resident_bytes, 0u);
+    EXPECT_EQ(resident, 0u);
+    GTEST_SKIP() << "strategy " << qm_strategy_name(s.strategy)
+                 << " keeps no pages in the quarantine: no budget drops to count ("
+                 << qm_probe_result()->reason << ")";
+  }
+  EXPECT_GE(s.drops, before.drops + 6);
 }
 
 TEST_F(Large, QuarantineKeepsToItsChunkCap) {
