@@ -32,7 +32,10 @@ enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
 /* F_FREED: the chunk left the user (freed, or the old range of a realloc
  * move) and has not been handed out since; a BUSY chunk with it is being
  * retired or dropped, one without it is being resized or revived. */
-enum { F_NOREUSE = 1, F_INBIN = 2, F_FREED = 4 };
+/* F_SPLIT: the RW pages may be several VMAs. A realloc move puts the old
+ * pages in front of pages of the new mapping, and the two never merge (their
+ * vm_pgoff differ), so a chunk that came from a move keeps two or more. */
+enum { F_NOREUSE = 1, F_INBIN = 2, F_FREED = 4, F_SPLIT = 8 };
 
 typedef struct block {
   uintptr_t base, usable; /* the mapping, and its first usable page = user pointer */
@@ -785,6 +788,10 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
   size_t cap = pclass_pages(pclass(need * 2));
   if (cap < need || S.no_dontunmap || !o->rw)
     return NULL;
+  /* a chunk of several VMAs moves in one mremap() only on kernels that allow
+   * it; elsewhere (5.10, 5.15) that mremap() fails, so it is copied */
+  if ((o->flags & F_SPLIT) && !qm_os_move_spans_vmas())
+    return NULL;
   /* the record first: once the pages have moved, the way back could fail */
   qm_lock(&S.lock);
   uint32_t i = tab_reserve() ? rec_alloc() : NIL;
@@ -824,7 +831,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
                  .dirty = need,
                  .size = size,
                  .state = B_LIVE,
-                 .flags = noreuse ? F_NOREUSE : 0,
+                 .flags = (noreuse ? F_NOREUSE : 0) | F_SPLIT,
                  .qprev = NIL,
                  .qnext = NIL,
                  .bprev = NIL,

@@ -421,6 +421,29 @@ TEST_F(Large, ReallocMovesPagesNotBytes) {
   qm_free(q);
 }
 
+// A chunk a realloc has moved is two VMAs: its old pages, then the new
+// mapping's. Growing it again past its capacity moves it where one mremap()
+// may take several VMAs (6.18) and copies it where that mremap() fails with
+// EFAULT (5.10, 5.15); either way the content is kept and nothing aborts.
+TEST_F(Large, ReallocGrowsAMovedChunkAgain) {
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 7, MiB);
+  char *q = static_cast<char *>(qm_realloc(p, 4 * MiB));
+  ASSERT_NE(q, nullptr);
+  ASSERT_NE(q, p) << "1 MiB -> 4 MiB should have left the chunk's capacity";
+  std::memset(q + MiB, 8, 3 * MiB);
+  char *r = static_cast<char *>(qm_realloc(q, 32 * MiB));
+  ASSERT_NE(r, nullptr);
+  ASSERT_NE(r, q);
+  size_t bad = 0;
+  for (size_t i = 0; i < 4 * MiB; i += 256)
+    bad += r[i] != (i < MiB ? 7 : 8);
+  EXPECT_EQ(bad, 0u) << "content lost growing a moved chunk";
+  std::memset(r, 0, 32 * MiB);
+  qm_free(r);
+}
+
 // The mapping budget rests on the estimate never being below the truth.
 TEST_F(Large, MappingEstimateIsAnUpperBound) {
   long m0 = qmt_mappings();
