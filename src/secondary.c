@@ -106,6 +106,15 @@ static bool want_thp(size_t cap_pages) {
          cap_pages << qm__page_shift >= S.thp_size;
 }
 
+/* The THP advice of a fresh mapping: 1 asks for huge pages, -1 refuses them
+ * where thp_min_mb=0 says never (under THP "always" the kernel would give
+ * them to every aligned 2 MiB of the chunk otherwise), 0 leaves the default. */
+static int thp_advice(size_t cap_pages) {
+  if (want_thp(cap_pages))
+    return 1;
+  return S.thp_size && !qm__opt.thp_min_mb && cap_pages << qm__page_shift >= S.thp_size ? -1 : 0;
+}
+
 /* ---- the record table and the address -> record hash (under S.lock) ---- */
 
 /* Reserves the record table: as large as the address space allows, down to
@@ -550,10 +559,11 @@ static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreu
     align = S.thp_size;
   enforce(3);
   qm_range_t r;
-  int err =
-      qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift, huge, &r);
+  int err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift,
+                          thp_advice(cap), &r);
   if (err == ENOMEM && unmap_quarantine()) /* out of address space or mappings */
-    err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift, huge, &r);
+    err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift,
+                        thp_advice(cap), &r);
   if (err)
     return fail_enomem();
   qm_lock(&S.lock);
@@ -802,7 +812,8 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
     return NULL;
   bool huge = want_thp(cap);
   qm_range_t r;
-  int err = qm__range_map(S.strategy, cap << qm__page_shift, huge ? S.thp_size : 0, 0, huge, &r);
+  int err = qm__range_map(S.strategy, cap << qm__page_shift, huge ? S.thp_size : 0, 0,
+                          thp_advice(cap), &r);
   size_t moved = o->rw << qm__page_shift;
   if (!err) {
     err =
