@@ -108,7 +108,18 @@ TEST(Probe, StrategyCostCountsFaultsExactly) {
   ASSERT_EQ(qm_strategy_cost(QM_STRATEGY_DISCARD, 128 << 10, 32, 20, &faults, &ns), 0);
   EXPECT_EQ(faults, 32000u) << "32 faults per iteration, x1000";
   ASSERT_EQ(qm_strategy_cost(QM_STRATEGY_PROTECT, 128 << 10, 32, 20, &faults, &ns), 0);
-  EXPECT_EQ(faults, qm_probe_result()->fast_dirty ? 0u : 32000u);
+  const qm_probe_result_t *r = qm_probe_result();
+  if (!r->fast_dirty) {
+    EXPECT_EQ(faults, 32000u);
+  } else if (r->fast_thp) {
+    EXPECT_EQ(faults, 0u) << "6.2+: the fast path takes every exclusive page";
+  } else {
+    // 5.10/5.15 with contrib/kernel's series (or 6.0/6.1): the cost loop
+    // does not drain the per-CPU LRU batches, whose extra reference makes
+    // the series leave a page read-only now and then (500 of 32000 seen on
+    // 5.10.265); far below one fault per page all the same
+    EXPECT_LE(faults, 32000u / 16);
+  }
   EXPECT_GT(ns, 0u);
   EXPECT_EQ(qm_strategy_cost(99, 4096, 1, 1, &faults, &ns), EINVAL);
 }
