@@ -233,6 +233,7 @@ def parse_log(path):
 
 def gtest_counts(out):
     ok, failed, skipped, death_ok, death_bad = 0, [], 0, 0, []
+    seen_skip = set()  # gtest lists skipped tests again at the end
     for line in out:
         m = GTEST_LINE.match(line)
         if not m:
@@ -242,7 +243,8 @@ def gtest_counts(out):
         if kind == "OK":
             ok += 1
             death_ok += death
-        elif kind == "SKIPPED":
+        elif kind == "SKIPPED" and name not in seen_skip:
+            seen_skip.add(name)
             skipped += 1
         elif kind == "FAILED" and name not in failed:
             failed.append(name)
