@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/auxv.h>
 #include <sys/random.h>
 #include <time.h>
@@ -74,11 +75,15 @@ static uint64_t make_secret(void) {
   if (getrandom(&s, sizeof s, GRND_NONBLOCK) != sizeof s) {
     /* no getrandom (before 3.17) or no entropy yet: the kernel's AT_RANDOM
      * bytes, mixed with addresses and the clock */
-    const uint64_t *r = (const uint64_t *)getauxval(AT_RANDOM);
+    /* the 16 AT_RANDOM bytes sit on the stack after the platform string,
+     * at no particular alignment: copied, not loaded as uint64_t */
+    const void *at = (const void *)getauxval(AT_RANDOM);
+    uint64_t r[2] = {0, 0};
+    if (at)
+      memcpy(r, at, sizeof r);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    s = (r ? r[0] ^ r[1] : 0) ^ (uint64_t)(uintptr_t)&s ^
-        (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull;
+    s = r[0] ^ r[1] ^ (uint64_t)(uintptr_t)&s ^ (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull;
   }
   errno = saved;
   return s | 1;

@@ -155,6 +155,49 @@ int qm_os_move(void *old, size_t len, void *to, bool dontunmap) {
   return r == MAP_FAILED ? check("mremap", old, len, true, saved) : 0;
 }
 
+/* One mremap() of a range made of several VMAs: 5.10 and 5.15 refuse it
+ * with EFAULT (vma_to_resize(): "We can't remap across vm area
+ * boundaries"), and only after unmapping the MREMAP_FIXED destination; 6.18
+ * moves it. So the test moves two scratch VMAs (RW, then read-only) onto two
+ * scratch PROT_NONE pages, and where that fails it leaves the destination
+ * alone: the kernel may have unmapped it, and another thread may have
+ * mapped something there since. Those two pages of address space are the
+ * price of the test where the move is refused. */
+bool qm_os_move_spans_vmas(void) {
+  static atomic_int known; /* 0 not tested, 1 yes, 2 no */
+  int k = atomic_load_explicit(&known, memory_order_relaxed);
+  if (k)
+    return k == 1;
+  int saved = errno;
+  size_t len = 2 * qm__page;
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+  COUNT(mmap);
+  char *src = mmap(NULL, len, PROT_READ | PROT_WRITE, flags, -1, 0);
+  COUNT(mmap);
+  char *dst = mmap(NULL, len, PROT_NONE, flags, -1, 0);
+  COUNT(mprotect);
+  if (src != MAP_FAILED && dst != MAP_FAILED && !mprotect(src + qm__page, qm__page, PROT_READ)) {
+    COUNT(mremap);
+    bool moved =
+        mremap(src, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst) == (void *)dst;
+    if (moved) {
+      COUNT(munmap);
+      munmap(dst, len);
+    }
+    k = moved ? 1 : 2;
+    atomic_store_explicit(&known, k, memory_order_relaxed);
+  } else if (dst != MAP_FAILED) {
+    COUNT(munmap);
+    munmap(dst, len);
+  }
+  if (src != MAP_FAILED) {
+    COUNT(munmap);
+    munmap(src, len);
+  }
+  errno = saved;
+  return k == 1;
+}
+
 long qm_os_resident_pages(void *p, size_t len) {
   unsigned char vec[256];
   long n = 0;

@@ -48,6 +48,9 @@ int qm_os_guard_remove(void *p, size_t len);
  * is replaced. With dontunmap (MREMAP_DONTUNMAP, Linux 5.7) the old range
  * stays mapped, empty; EINVAL where the kernel lacks it. */
 int qm_os_move(void *old, size_t len, void *to, bool dontunmap);
+/* Whether one qm_os_move() may take a range made of several VMAs. Tested
+ * once, on scratch pages; false until a test could be made. */
+bool qm_os_move_spans_vmas(void);
 
 /* Pages of [p, p+len) resident now (mincore); -1 on error. */
 long qm_os_resident_pages(void *p, size_t len);

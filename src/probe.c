@@ -3,11 +3,14 @@
  * writable at once (Linux 6.0 commit 64fe24a3e05e for dirty pages; 6.2 for
  * clean pages and PMD-mapped THP), whether MADV_GUARD_INSTALL exists (6.13),
  * and picks the quarantine strategy from that and the options. A fault count
- * is exact where a timing is not, so every verdict comes from one.
+ * is exact where a timing is not, so every verdict comes from one. The
+ * measuring thread is pinned to one CPU meanwhile (its mask is restored).
  */
 #include "probe.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -37,6 +40,42 @@ static uint64_t mono_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The measuring thread stays on one CPU: the LRU drain in qm_probe_run()
+ * (MADV_DONTNEED's lru_add_drain()) empties only the current CPU's batch, so
+ * a thread that moved between writing its pages and rewriting them could find
+ * them still held by the first CPU's batch, and a 5.10/5.15 kernel with
+ * contrib/kernel's patch would answer "no fast path". No allocation (the
+ * masks are on the stack, up to PIN_CPUS CPUs), errno kept; where the
+ * affinity cannot be read or set the probe runs unpinned. */
+#define PIN_CPUS 4096
+#define PIN_WORDS (PIN_CPUS / (sizeof(unsigned long) * CHAR_BIT))
+
+typedef struct {
+  unsigned long old[PIN_WORDS];
+  bool pinned;
+} pin_t;
+
+static void pin_begin(pin_t *pin) {
+  int saved = errno;
+  pin->pinned = false;
+  int cpu = sched_getcpu();
+  if (cpu >= 0 && cpu < PIN_CPUS &&
+      sched_getaffinity(0, sizeof pin->old, (cpu_set_t *)pin->old) == 0) {
+    unsigned long one[PIN_WORDS];
+    memset(one, 0, sizeof one);
+    CPU_SET_S((size_t)cpu, sizeof one, (cpu_set_t *)one);
+    pin->pinned = sched_setaffinity(0, sizeof one, (cpu_set_t *)one) == 0;
+  }
+  errno = saved;
+}
+
+static void pin_end(pin_t *pin) {
+  int saved = errno;
+  if (pin->pinned)
+    sched_setaffinity(0, sizeof pin->old, (cpu_set_t *)pin->old);
+  errno = saved;
 }
 
 /* Writes one byte in each of n pages and returns the faults it took. */
@@ -102,6 +141,8 @@ QM_EXPORT int qm_probe_run(qm_probe_result_t *r, int full) {
     return err;
   char *p = v;
   qm_os_nohugepage(p, len + qm__page); /* a THP would answer for the PMD path */
+  pin_t pin;
+  pin_begin(&pin);
   r->measured = 1;
   r->pages = (unsigned)n;
   r->faults_first = write_pages(p, n);
@@ -134,6 +175,7 @@ QM_EXPORT int qm_probe_run(qm_probe_result_t *r, int full) {
   if (full)
     probe_thp(r);
 out:
+  pin_end(&pin);
   qm_os_unmap(p, len + qm__page);
   r->probe_ns = mono_ns() - t0;
   return err;

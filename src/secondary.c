@@ -32,7 +32,10 @@ enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
 /* F_FREED: the chunk left the user (freed, or the old range of a realloc
  * move) and has not been handed out since; a BUSY chunk with it is being
  * retired or dropped, one without it is being resized or revived. */
-enum { F_NOREUSE = 1, F_INBIN = 2, F_FREED = 4 };
+/* F_SPLIT: the RW pages may be several VMAs. A realloc move puts the old
+ * pages in front of pages of the new mapping, and the two never merge (their
+ * vm_pgoff differ), so a chunk that came from a move keeps two or more. */
+enum { F_NOREUSE = 1, F_INBIN = 2, F_FREED = 4, F_SPLIT = 8 };
 
 typedef struct block {
   uintptr_t base, usable; /* the mapping, and its first usable page = user pointer */
@@ -101,6 +104,15 @@ static bool want_thp(size_t cap_pages) {
          (S.strategy == QM_STRATEGY_PROTECT || S.strategy == QM_STRATEGY_NONE) &&
          cap_pages << qm__page_shift >= qm__opt.thp_min_mb << 20 &&
          cap_pages << qm__page_shift >= S.thp_size;
+}
+
+/* The THP advice of a fresh mapping: 1 asks for huge pages, -1 refuses them
+ * where thp_min_mb=0 says never (under THP "always" the kernel would give
+ * them to every aligned 2 MiB of the chunk otherwise), 0 leaves the default. */
+static int thp_advice(size_t cap_pages) {
+  if (want_thp(cap_pages))
+    return 1;
+  return S.thp_size && !qm__opt.thp_min_mb && cap_pages << qm__page_shift >= S.thp_size ? -1 : 0;
 }
 
 /* ---- the record table and the address -> record hash (under S.lock) ---- */
@@ -547,10 +559,11 @@ static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreu
     align = S.thp_size;
   enforce(3);
   qm_range_t r;
-  int err =
-      qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift, huge, &r);
+  int err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift,
+                          thp_advice(cap), &r);
   if (err == ENOMEM && unmap_quarantine()) /* out of address space or mappings */
-    err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift, huge, &r);
+    err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift,
+                        thp_advice(cap), &r);
   if (err)
     return fail_enomem();
   qm_lock(&S.lock);
@@ -785,6 +798,10 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
   size_t cap = pclass_pages(pclass(need * 2));
   if (cap < need || S.no_dontunmap || !o->rw)
     return NULL;
+  /* a chunk of several VMAs moves in one mremap() only on kernels that allow
+   * it; elsewhere (5.10, 5.15) that mremap() fails, so it is copied */
+  if ((o->flags & F_SPLIT) && !qm_os_move_spans_vmas())
+    return NULL;
   /* the record first: once the pages have moved, the way back could fail */
   qm_lock(&S.lock);
   uint32_t i = tab_reserve() ? rec_alloc() : NIL;
@@ -795,7 +812,8 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
     return NULL;
   bool huge = want_thp(cap);
   qm_range_t r;
-  int err = qm__range_map(S.strategy, cap << qm__page_shift, huge ? S.thp_size : 0, 0, huge, &r);
+  int err = qm__range_map(S.strategy, cap << qm__page_shift, huge ? S.thp_size : 0, 0,
+                          thp_advice(cap), &r);
   size_t moved = o->rw << qm__page_shift;
   if (!err) {
     err =
@@ -824,7 +842,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
                  .dirty = need,
                  .size = size,
                  .state = B_LIVE,
-                 .flags = noreuse ? F_NOREUSE : 0,
+                 .flags = (noreuse ? F_NOREUSE : 0) | F_SPLIT,
                  .qprev = NIL,
                  .qnext = NIL,
                  .bprev = NIL,

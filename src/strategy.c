@@ -12,7 +12,7 @@
 #include "os.h"
 #include "qm.h"
 
-int qm__range_map(int strategy, size_t usable_len, size_t align, size_t rw_len, bool huge,
+int qm__range_map(int strategy, size_t usable_len, size_t align, size_t rw_len, int thp,
                   qm_range_t *out) {
   size_t pg = qm__page;
   if (align < pg)
@@ -28,8 +28,10 @@ int qm__range_map(int strategy, size_t usable_len, size_t align, size_t rw_len, 
     return err;
   uintptr_t base = (uintptr_t)p, usable = qm_align_up(base + pg, align);
   /* before the mprotect below splits it: one flag for the whole mapping */
-  if (huge)
+  if (thp > 0)
     qm_os_hugepage(p, span);
+  else if (thp < 0)
+    qm_os_nohugepage(p, span);
   if (guard) {
     /* markers on both sides of the RW part; no VMA split (Linux 6.13) */
     err = qm_os_guard_install(p, usable - base);

@@ -21,8 +21,9 @@ typedef struct qm_range {
 
 /* Maps a fresh chunk whose only RW part is its first rw_len usable bytes;
  * the rest is guard (PROT_NONE, or guard markers for the guard strategy,
- * which keeps the mapping one VMA). huge: ask for transparent huge pages. */
-int qm__range_map(int strategy, size_t usable_len, size_t align, size_t rw_len, bool huge,
+ * which keeps the mapping one VMA). thp > 0: ask for transparent huge pages;
+ * thp < 0: refuse them (THP "always" gives them to any aligned 2 MiB). */
+int qm__range_map(int strategy, size_t usable_len, size_t align, size_t rw_len, int thp,
                   qm_range_t *out);
 /* RW -> inaccessible. *dropped says whether the pages went with it. */
 int qm__range_retire(int strategy, void *p, size_t len, bool *dropped);

@@ -2,6 +2,8 @@
 // taken here, and the strategy that follows from it (or from probe=slow).
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <sched.h>
 #include <sys/mman.h>
 
 #include "util.h"
@@ -9,23 +11,36 @@
 namespace {
 
 // The experiment done by hand: write pages, mprotect NONE then RW, rewrite,
-// count the faults of the rewrite.
+// count the faults of the rewrite. As the probe does, on one CPU and with
+// that CPU's LRU batch drained first (MADV_DONTNEED of another page): on
+// 5.10/5.15 with contrib/kernel's patches a page still in the batch has an
+// extra reference and keeps its fault.
 long faults_rewriting_after_mprotect(size_t pages) {
   size_t len = pages * qmt_page();
   char *p = static_cast<char *>(
-      mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      mmap(nullptr, len + qmt_page(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (p == MAP_FAILED)
     return -1;
-  madvise(p, len, MADV_NOHUGEPAGE);
+  cpu_set_t old, one;
+  bool pinned = sched_getaffinity(0, sizeof old, &old) == 0 && sched_getcpu() >= 0;
+  if (pinned) {
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    pinned = sched_setaffinity(0, sizeof one, &one) == 0;
+  }
+  madvise(p, len + qmt_page(), MADV_NOHUGEPAGE);
   for (size_t i = 0; i < pages; i++)
     poke(p, i * qmt_page());
+  madvise(p + len, qmt_page(), MADV_DONTNEED);
   mprotect(p, len, PROT_NONE);
   mprotect(p, len, PROT_READ | PROT_WRITE);
   long f0 = qmt_minflt();
   for (size_t i = 0; i < pages; i++)
     poke(p, i * qmt_page(), 2);
   long f = qmt_minflt() - f0;
-  munmap(p, len);
+  if (pinned)
+    sched_setaffinity(0, sizeof old, &old);
+  munmap(p, len + qmt_page());
   return f;
 }
 
@@ -62,13 +77,49 @@ TEST(Probe, FullRunAddsThpAndAgreesWithTheCachedVerdict) {
   }
 }
 
+// The probe pins its thread to one CPU while it measures (the LRU drain is
+// per CPU); afterwards the thread's mask and errno are as they were.
+TEST(Probe, RestoresTheCpuMaskAndErrno) {
+  cpu_set_t before, after;
+  ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
+  qm_probe_result_t r;
+  errno = 12345;
+  ASSERT_EQ(qm_probe_run(&r, 1), 0);
+  EXPECT_EQ(errno, 12345);
+  ASSERT_EQ(sched_getaffinity(0, sizeof after, &after), 0);
+  EXPECT_TRUE(CPU_EQUAL(&before, &after))
+      << CPU_COUNT(&before) << " CPUs before, " << CPU_COUNT(&after) << " after";
+  // a thread already limited to one CPU keeps exactly that one
+  int cpu = sched_getcpu();
+  ASSERT_GE(cpu, 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  ASSERT_EQ(qm_probe_run(&r, 0), 0);
+  ASSERT_EQ(sched_getaffinity(0, sizeof after, &after), 0);
+  EXPECT_TRUE(CPU_EQUAL(&one, &after));
+  ASSERT_EQ(sched_setaffinity(0, sizeof before, &before), 0);
+}
+
 TEST(Probe, StrategyCostCountsFaultsExactly) {
   uint64_t faults = 0, ns = 0;
   // discard drops the pages: every rewrite of the 32 pages faults
   ASSERT_EQ(qm_strategy_cost(QM_STRATEGY_DISCARD, 128 << 10, 32, 20, &faults, &ns), 0);
   EXPECT_EQ(faults, 32000u) << "32 faults per iteration, x1000";
   ASSERT_EQ(qm_strategy_cost(QM_STRATEGY_PROTECT, 128 << 10, 32, 20, &faults, &ns), 0);
-  EXPECT_EQ(faults, qm_probe_result()->fast_dirty ? 0u : 32000u);
+  const qm_probe_result_t *r = qm_probe_result();
+  if (!r->fast_dirty) {
+    EXPECT_EQ(faults, 32000u);
+  } else if (r->fast_thp) {
+    EXPECT_EQ(faults, 0u) << "6.2+: the fast path takes every exclusive page";
+  } else {
+    // 5.10/5.15 with contrib/kernel's series (or 6.0/6.1): the cost loop
+    // does not drain the per-CPU LRU batches, whose extra reference makes
+    // the series leave a page read-only now and then (500 of 32000 seen on
+    // 5.10.265); far below one fault per page all the same
+    EXPECT_LE(faults, 32000u / 16);
+  }
   EXPECT_GT(ns, 0u);
   EXPECT_EQ(qm_strategy_cost(99, 4096, 1, 1, &faults, &ns), EINVAL);
 }

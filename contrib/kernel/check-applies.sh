@@ -1,38 +1,46 @@
 #!/usr/bin/env bash
-# check-applies.sh: tells whether qmalloc's companion mprotect patch applies
-# to a kernel source tree, without changing the tree.
-# Owns: the choice of patch by kernel version and the one-line verdict.
+# check-applies.sh: tells whether qmalloc's companion mprotect patch series
+# applies to a kernel source tree, without changing the tree.
+# Owns: the choice of series by kernel version and the one-line verdict.
 #
-# Usage: check-applies.sh [-q] [-p PATCH] TREE
-#   TREE      top of a Linux source tree (the directory holding Makefile and mm/)
-#   -p PATCH  check this patch file instead of choosing one by version
-#   -q        print only the verdict line
+# Usage: check-applies.sh [-q] [-p SERIES] TREE
+#   TREE       top of a Linux source tree (the directory holding Makefile and mm/)
+#   -p SERIES  check this series (a directory of NNNN-*.patch, or one patch file)
+#              instead of choosing one by version
+#   -q         print only the verdict line
 #
 # The kernel version comes from VERSION/PATCHLEVEL/SUBLEVEL in TREE/Makefile.
-# 5.10 and 5.15 use their own patch; 6.0 and later need none (the fast path is
-# upstream); any other version gets every patch tried in turn, and a verdict
-# that says no patch was written for it.  A git checkout is checked with
-# `git apply --check`; any other directory with `patch -p1 --dry-run --fuzz=0`
-# (or `git apply --check` outside any repository when patch(1) is missing).
+# 5.10 and 5.15 use their own series (5.10/ and 5.15/ next to this script);
+# 6.0 and later need none (the fast path is upstream); any other version gets
+# every series tried in turn, and a verdict that says none was written for it.
+# A git checkout is checked with `git apply --check`; any other directory with
+# `patch -p1 --dry-run --fuzz=0` (or `git apply --check` outside any
+# repository when patch(1) is missing).  The patches of a series touch
+# disjoint sets of files, so each is checked against the tree as it is; the
+# series applies when all of them do (the cover letter, 0000-*, is no patch).
 #
-# Exit status: 0 the patch applies; 1 it does not; 2 bad arguments or not a
-# kernel tree; 3 nothing to do (already applied, or 6.0+ has the fast path).
+# Exit status: 0 the series applies; 1 it does not; 2 bad arguments or not a
+# kernel tree; 3 nothing to do (already applied, or 6.0+ has the fast path);
+# 4 a series applies, but it was written for another version (review it
+# against the tree before use).
 
 set -u
 
 prog=check-applies
 here=$(cd "$(dirname "$0")" && pwd)
 quiet=0
-forced_patch=
+forced=
 
 usage() {
 	cat >&2 <<'EOF'
-usage: check-applies.sh [-q] [-p PATCH] TREE
-  TREE      top of a Linux source tree (holds Makefile and mm/mprotect.c)
-  -p PATCH  check PATCH instead of the patch chosen by the tree's version
-  -q        print only the one-line verdict
+usage: check-applies.sh [-q] [-p SERIES] TREE
+  TREE       top of a Linux source tree (holds Makefile and mm/mprotect.c)
+  -p SERIES  check SERIES (a directory of patches, or one patch) instead of
+             the series chosen by the tree's version
+  -q         print only the one-line verdict
 exit: 0 applies, 1 does not apply, 2 usage or not a kernel tree,
-      3 nothing to do (already applied, or Linux 6.0+)
+      3 nothing to do (already applied, or Linux 6.0+),
+      4 applies, but the series was written for another version
 EOF
 	exit 2
 }
@@ -43,7 +51,7 @@ verdict() { printf '%s: %s\n' "$prog" "$*"; }
 while getopts ':qp:h' opt; do
 	case $opt in
 	q) quiet=1 ;;
-	p) forced_patch=$OPTARG ;;
+	p) forced=$OPTARG ;;
 	h) usage ;;
 	:) printf '%s: option -%s needs an argument\n' "$prog" "$OPTARG" >&2; usage ;;
 	*) printf '%s: unknown option -%s\n' "$prog" "$OPTARG" >&2; usage ;;
@@ -109,6 +117,37 @@ check_one() {
 	return $rc
 }
 
+# patches_of SERIES: the patch files of a series directory, in order (or the
+# one file given), one per line.
+patches_of() {
+	local s=$1 p
+	if [ -d "$s" ]; then
+		for p in "$s"/[0-9][0-9][0-9][0-9]-*.patch; do
+			case $(basename "$p") in 0000-*) continue ;; esac
+			[ -r "$p" ] && printf '%s\n' "$p"
+		done
+	elif [ -r "$s" ]; then
+		printf '%s\n' "$s"
+	fi
+}
+
+# check_series SERIES [-R]: 0 when every patch (or, with -R, every reverse)
+# applies.  The first failure's messages are left in $check_out.
+check_series() {
+	local s=$1 p
+	shift
+	while read -r p; do
+		check_one "$p" "$@" || return 1
+	done < <(patches_of "$s")
+	return 0
+}
+
+series_name() {
+	local n
+	n=$(patches_of "$1" | wc -l)
+	printf '%s (%s patch%s)' "$(basename "$1")" "$n" "$([ "$n" -eq 1 ] || echo es)"
+}
+
 tool_name() {
 	case $method in
 	git) echo "git apply --check" ;;
@@ -117,21 +156,21 @@ tool_name() {
 	esac
 }
 
-# Try one patch; print the verdict and exit.
-try_patch() {
-	local p=$1 name why
-	name=$(basename "$p")
-	if [ ! -r "$p" ]; then
-		verdict "ERROR: cannot read patch $p"
+# Try one series; print the verdict and exit.
+try_series() {
+	local s=$1 name why
+	if [ -z "$(patches_of "$s")" ]; then
+		verdict "ERROR: no patches in $s"
 		exit 2
 	fi
+	name=$(series_name "$s")
 	say "Linux $kver in $tree; checking $name with $(tool_name)"
-	if check_one "$p"; then
+	if check_series "$s"; then
 		verdict "APPLIES: $name applies cleanly to Linux $kver ($(tool_name))"
 		exit 0
 	fi
 	why=$check_out
-	if check_one "$p" -R; then
+	if check_series "$s" -R; then
 		verdict "ALREADY APPLIED: $name is already in Linux $kver ($tree)"
 		exit 3
 	fi
@@ -140,9 +179,10 @@ try_patch() {
 	exit 1
 }
 
-if [ -n "$forced_patch" ]; then
-	case $forced_patch in /*) ;; *) forced_patch=$(pwd)/$forced_patch ;; esac
-	try_patch "$forced_patch"
+if [ -n "$forced" ]; then
+	case $forced in /*) ;; *) forced=$(pwd)/$forced ;; esac
+	[ -e "$forced" ] || { verdict "ERROR: no series or patch at $forced"; exit 2; }
+	try_series "$forced"
 fi
 
 if [ "$ver" -ge 6 ]; then
@@ -150,24 +190,25 @@ if [ "$ver" -ge 6 ]; then
 	exit 3
 fi
 
-for p in "$here"/0001-*-"$ver.$lvl".patch; do
-	[ -r "$p" ] && try_patch "$p"
-done
+if [ -d "$here/$ver.$lvl" ]; then
+	try_series "$here/$ver.$lvl"
+fi
 
-# No patch written for this version: try each, and say so.
+# No series written for this version: try each, and say so.
 found=
-for p in "$here"/0001-*.patch; do
-	[ -r "$p" ] || continue
+for s in "$here"/[0-9]*.[0-9]*/; do
+	s=${s%/}
+	[ -n "$(patches_of "$s")" ] || continue
 	found=1
-	say "no patch for Linux $ver.$lvl; trying $(basename "$p") with $(tool_name)"
-	if check_one "$p"; then
-		verdict "APPLIES (UNSUPPORTED VERSION): $(basename "$p") applies to Linux $kver, but was written for another tree: review it against this tree's do_wp_page() before use"
-		exit 0
+	say "no series for Linux $ver.$lvl; trying $(series_name "$s") with $(tool_name)"
+	if check_series "$s"; then
+		verdict "APPLIES (UNSUPPORTED VERSION): $(series_name "$s") applies to Linux $kver, but was written for another tree: review it against this tree's do_wp_page() before use"
+		exit 4
 	fi
 done
 if [ -z "$found" ]; then
-	verdict "ERROR: no patch files next to $0"
+	verdict "ERROR: no patch series next to $0"
 	exit 2
 fi
-verdict "DOES NOT APPLY: no patch here fits Linux $kver (patches exist for 5.10 and 5.15 only)"
+verdict "DOES NOT APPLY: no series here fits Linux $kver (series exist for 5.10 and 5.15 only)"
 exit 1

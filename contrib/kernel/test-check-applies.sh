@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
 # test-check-applies.sh: self-test of check-applies.sh on fake kernel trees.
-# Owns: building a minimal tree (Makefile + mm/mprotect.c) under a temp dir
-# from a given mprotect.c, and checking every verdict check-applies.sh gives.
+# Owns: building minimal trees (Makefile + the files a series touches) under
+# a temp dir from a real unpatched tree, and checking every verdict and exit
+# status check-applies.sh gives.
 #
-# Usage: test-check-applies.sh MPROTECT_C [X.Y ...]
-#   MPROTECT_C  an unpatched mm/mprotect.c of a 5.10 or 5.15 tree, e.g. from
-#               `git show v5.10:mm/mprotect.c` in a kernel clone
-#   X.Y         kernel versions to pretend the fake tree is (default: 5.10 5.15)
+# Usage: test-check-applies.sh TREE [X.Y ...]
+#   TREE  an unpatched 5.10 or 5.15 kernel source tree (or one holding at
+#         least the files the series touch, at their paths)
+#   X.Y   series to test against it (default: the tree's own X.Y)
 #
-# No kernel source ships with qmalloc: the test only runs on a file you give
-# it.  It says which git blob that file is, so you can tell which tree it came
-# from.  Mainline and stable blobs the patches were checked against:
-#   v5.10          56c02beb6041      5.10.y (2021-2025)  7ea0aee0c08d
-#   5.15.y         ed18dc49533f
+# No kernel source ships with qmalloc: the test only runs on a tree you give
+# it.  It prints the git blob of TREE's mm/mprotect.c and mm/memory.c, so you
+# can tell which stable release they came from (see README.md).
 # Ends with "N passed, N failed"; exit status 0 only when all passed.
 
 set -u
@@ -20,35 +19,51 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 check="$here/check-applies.sh"
 
-if [ $# -lt 1 ] || [ ! -f "$1" ]; then
-	echo "usage: test-check-applies.sh MPROTECT_C [X.Y ...]" >&2
-	echo "  MPROTECT_C: an unpatched mm/mprotect.c from a 5.10 or 5.15 tree" >&2
+if [ $# -lt 1 ] || [ ! -f "$1/Makefile" ] || [ ! -f "$1/mm/mprotect.c" ]; then
+	echo "usage: test-check-applies.sh TREE [X.Y ...]" >&2
+	echo "  TREE: an unpatched 5.10 or 5.15 kernel source tree" >&2
 	exit 2
 fi
-src=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+src=$(cd "$1" && pwd)
 shift
+mkvar() { sed -n "s/^$1[[:space:]]*=[[:space:]]*\\([0-9]*\\).*/\\1/p" "$src/Makefile" | head -n 1; }
+own="$(mkvar VERSION).$(mkvar PATCHLEVEL)"
 versions=("$@")
-[ ${#versions[@]} -gt 0 ] || versions=(5.10 5.15)
+[ ${#versions[@]} -gt 0 ] || versions=("$own")
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/qm-check-applies.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 pass=0
 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 
+echo "input: $src (Linux $own.$(mkvar SUBLEVEL))"
 if command -v git >/dev/null 2>&1; then
-	echo "input: $src (git blob $(git hash-object "$src" | cut -c1-12))"
-else
-	echo "input: $src"
+	for f in mm/mprotect.c mm/memory.c; do
+		echo "  $f: git blob $(git hash-object "$src/$f" | cut -c1-12)"
+	done
 fi
 
-# fake_tree DIR X.Y FILE: a tree with just Makefile and mm/mprotect.c
+# files_of X.Y: the files the X.Y series changes (not the ones it creates)
+files_of() {
+	cat "$here/$1"/0[0-9][0-9][1-9]-*.patch | awk '
+		/^diff --git / { f = substr($3, 3); next }
+		/^new file mode/ { f = "" }
+		/^index / && f != "" { print f; f = "" }' | sort -u
+}
+
+# fake_tree DIR X.Y: a tree with Makefile (version X.Y) and the series' files
 fake_tree() {
-	local dir=$1 v=${2%%.*} p=${2#*.}
-	mkdir -p "$dir/mm"
-	cp "$3" "$dir/mm/mprotect.c"
+	local dir=$1 v=${2%%.*} p=${2#*.} f
+	mkdir -p "$dir"
+	while read -r f; do
+		mkdir -p "$dir/$(dirname "$f")"
+		cp "$src/$f" "$dir/$f" 2>/dev/null || return 1
+	done < <(files_of "$series")
 	printf 'VERSION = %s\nPATCHLEVEL = %s\nSUBLEVEL = 0\nEXTRAVERSION =\nNAME = fake\n' \
-		"$v" "$p" > "$dir/Makefile"
+		"$v" "$p" >"$dir/Makefile"
 }
 
 # expect NAME WANTED_RC ARGS...: run check-applies.sh, compare exit status
@@ -59,11 +74,9 @@ expect() {
 	rc=$?
 	out=${out%%$'\n'*}
 	if [ "$rc" -eq "$want" ]; then
-		pass=$((pass + 1))
-		echo "ok   $name: $out"
+		ok "$name: $out"
 	else
-		fail=$((fail + 1))
-		echo "FAIL $name: exit $rc, wanted $want: $out"
+		bad "$name: exit $rc, wanted $want: $out"
 	fi
 }
 
@@ -71,55 +84,78 @@ have_git=0
 command -v git >/dev/null 2>&1 && have_git=1
 
 for v in "${versions[@]}"; do
-	case $v in
-	[0-9]*.[0-9]*) ;;
-	*) echo "skipping bad version '$v' (want X.Y)"; fail=$((fail + 1)); continue ;;
-	esac
+	series=$v
+	if [ ! -d "$here/$v" ]; then
+		bad "$v: no series directory $here/$v"
+		continue
+	fi
+	# the check of one patch at a time is only right if no two touch a file
+	dup=$(for p in "$here/$v"/0[0-9][0-9][1-9]-*.patch; do
+		grep '^diff --git ' "$p" | awk '{print $3}' | sort -u
+	done | sort | uniq -d)
+	if [ -z "$dup" ]; then ok "$v: the patches touch disjoint files"; else bad "$v: files in two patches: $dup"; fi
 
 	# 1. a plain directory: patch(1), or git outside any repository
 	t="$work/plain-$v"
-	fake_tree "$t" "$v" "$src"
+	if ! fake_tree "$t" "$v"; then
+		bad "$v: $src lacks a file the series changes"
+		continue
+	fi
 	expect "$v plain tree" 0 "$t"
 
-	# 2. a git checkout, then the same checkout with the patch applied
+	# 2. a git checkout, then the same checkout partly and fully patched
 	if [ $have_git -eq 1 ]; then
 		t="$work/git-$v"
-		fake_tree "$t" "$v" "$src"
+		fake_tree "$t" "$v"
 		git -C "$t" init -q
 		git -C "$t" add -A
-		git -C "$t" -c user.name=test -c user.email=test@localhost \
-			commit -q -m base
+		git -C "$t" -c user.name=test -c user.email=test@localhost commit -q -m base
 		expect "$v git checkout" 0 "$t"
-		p=$(printf '%s\n' "$here"/0001-*-"$v".patch | head -n 1)
-		if [ -r "$p" ] && git -C "$t" apply "$p" 2>/dev/null; then
+		first=$(printf '%s\n' "$here/$v"/0001-*.patch | head -n 1)
+		if git -C "$t" apply "$first" 2>/dev/null; then
+			expect "$v first patch only" 1 "$t"
+		else
+			bad "$v first patch only: could not apply $(basename "$first") to set up the case"
+		fi
+		rest_ok=1
+		for p in "$here/$v"/0[0-9][0-9][2-9]-*.patch; do
+			git -C "$t" apply "$p" 2>/dev/null || rest_ok=0
+		done
+		if [ $rest_ok -eq 1 ]; then
 			expect "$v already patched" 3 "$t"
 		else
-			fail=$((fail + 1))
-			echo "FAIL $v already patched: could not apply $(basename "$p") to set up the case"
+			bad "$v already patched: could not apply the series to set up the case"
 		fi
 	fi
 
 	# 3. a tree whose change_pte_range() lacks the dirty_accountable case
 	t="$work/broken-$v"
-	fake_tree "$t" "$v" "$src"
+	fake_tree "$t" "$v"
 	sed '/Avoid taking write faults for known dirty pages/,/ptep_modify_prot_commit/{/ptep_modify_prot_commit/!d;}' \
-		"$src" > "$t/mm/mprotect.c"
-	if cmp -s "$src" "$t/mm/mprotect.c"; then
-		fail=$((fail + 1))
-		echo "FAIL $v broken tree: input has no dirty_accountable case to remove"
+		"$src/mm/mprotect.c" >"$t/mm/mprotect.c"
+	if cmp -s "$src/mm/mprotect.c" "$t/mm/mprotect.c"; then
+		bad "$v broken tree: input has no dirty_accountable case to remove"
 	else
 		expect "$v broken tree" 1 "$t"
 	fi
+
+	# 4. the same files in a tree of a version no series was written for
+	t="$work/other-$v"
+	fake_tree "$t" 5.12
+	expect "$v files as Linux 5.12: unsupported version" 4 "$t"
+	expect "$v forced with -p" 0 -p "$here/$v" "$t"
 done
 
-# 4. versions with nothing to do, and bad arguments
+# 5. versions with nothing to do, and bad arguments
 t="$work/v6"
-fake_tree "$t" 6.1 "$src"
+series=${versions[0]}
+fake_tree "$t" 6.1
 expect "6.1 not needed" 3 "$t"
 expect "no argument" 2
 expect "not a directory" 2 "$work/does-not-exist"
 mkdir -p "$work/empty"
 expect "not a kernel tree" 2 "$work/empty"
+expect "-p with no such series" 2 -p "$work/no-such-series" "$t"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
