@@ -51,6 +51,26 @@ static int guard_overwrite(void) {
   return 0;
 }
 
+/* Re-arming a freed chunk with the 16 header bytes of a live one of the
+ * same size: the checksum is keyed by the chunk's address, so a header
+ * copied from elsewhere is not valid here. */
+static int header_replay(void) {
+  unsigned char *live = opaque(malloc(32)), *p = opaque(malloc(32));
+  free(p);
+  memcpy(p - 16, live - 16, 16);
+  free(p);
+  return 0;
+}
+
+/* A valid header of a 48-byte chunk laid over a 64-byte one's: keyed by
+ * another class region's key (and address), it forges nothing there. */
+static int header_cross_class(void) {
+  unsigned char *a = opaque(malloc(48)), *b = opaque(malloc(64));
+  memcpy(b - 16, a - 16, 16);
+  free(b);
+  return 0;
+}
+
 /* n bytes asked for, k written past them, with value v */
 static int overflow(size_t n, size_t k, int v) {
   unsigned char *p = opaque(malloc(n));
@@ -258,6 +278,10 @@ int main(int argc, char **argv) {
     return header_overwrite();
   if (!strcmp(m, "guard-overwrite"))
     return guard_overwrite();
+  if (!strcmp(m, "header-replay"))
+    return header_replay();
+  if (!strcmp(m, "header-cross-class"))
+    return header_cross_class();
   if (!strcmp(m, "overflow-1"))
     return overflow(20, 1, 'A');
   if (!strcmp(m, "overflow-8"))
