@@ -108,8 +108,16 @@ work=$(cd "$work" && pwd)
 # linked and preload suites need libqmalloc.so), and under ASan/UBSan as
 # ./qmalloc test also runs the unit tests. Each is configured once.
 setup() { # DIR MESON_ARGS...
-  local dir=$1
+  local dir=$1 src=
   shift
+  # a work directory reused from another checkout would build that one
+  if [ -f "$dir/meson-info/meson-info.json" ]; then
+    src=$(sed -n 's/.*"source": *"\([^"]*\)".*/\1/p' "$dir/meson-info/meson-info.json")
+    if [ "$src" != "$root" ]; then
+      say "$dir was configured for $src, not $root: configuring it again"
+      rm -rf "$dir"
+    fi
+  fi
   if [ ! -f "$dir/build.ninja" ]; then
     say "configuring $dir"
     meson setup "$dir" "$root" -Dbench=false "$@" >/dev/null
