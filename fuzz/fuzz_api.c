@@ -1,10 +1,13 @@
 /* fuzz_api.c: libFuzzer harness that drives random sequences of the whole
  * qm_ API (sizes from 0 to several MiB, across the 128 KiB large threshold)
  * against a shadow model of the live chunks: no two overlap, each keeps its
- * pattern until freed and through realloc, alignment and usable size hold,
- * calloc memory is zero, errors give NULL and the documented errno, and a
- * successful call leaves errno alone. Live memory is bounded, so one input
- * never holds more than LIVE_MAX bytes; every input frees all it allocated. */
+ * pattern until freed and through realloc, alignment and usable size hold
+ * (exactly the request for a small chunk), malloc_object_size names the
+ * request and a freed chunk, calloc memory is zero, errors give NULL and the
+ * documented errno, and a successful call leaves errno alone. A zero-size
+ * chunk is never read or written (it faults). Live memory is bounded, so one
+ * input never holds more than LIVE_MAX bytes; every input frees all it
+ * allocated. Run under QMALLOC_OPTIONS=hardening=max too (the fuzz suite). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,17 +15,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "primary.h"
 #include "qmalloc.h"
 
 #define LIVE_CHUNKS 192
 #define LIVE_MAX ((size_t)48 << 20)
 #define ERRNO_MARK 7919 /* no errno value: a call that sets errno is seen */
 /* 1: realloc must keep what was written in the usable slack past the size
- * asked for, as it does on most paths. 0 until every path does: a large
- * chunk asked small (posix_memalign(2 MiB, 24), then realloc(p, 4080))
- * copies only the 24 bytes asked for when it moves to a small chunk. */
+ * asked for (a large chunk's, up to its page end), on every path. */
 #ifndef REALLOC_KEEPS_SLACK
-#define REALLOC_KEEPS_SLACK 0
+#define REALLOC_KEEPS_SLACK 1
 #endif
 
 typedef struct chunk {
@@ -192,6 +194,25 @@ static void check_no_overlap(unsigned char *p, size_t len, const chunk_t *self) 
   }
 }
 
+/* A chunk of the primary (zero-size ones included), from its address. */
+static int is_small(const void *p) { return (uintptr_t)p - qm__pbase < qm__pspan; }
+
+static int is_zero_size(const void *p) {
+  return is_small(p) && ((uintptr_t)p - qm__pbase) >> qm__rshift == QM_ZCLASS;
+}
+
+/* malloc_object_size of a live chunk: the request from its start, 1 at its
+ * last byte; 0 past the end of a small one (its canary or the next header) */
+static void check_object_size(const chunk_t *c) {
+  size_t got = qm_malloc_object_size(c->p);
+  if (got != c->req)
+    die("malloc_object_size of a live chunk is not its request", c, got);
+  if (c->req && (got = qm_malloc_object_size(c->p + c->req - 1)) != 1)
+    die("malloc_object_size of the last byte is not 1", c, got);
+  if (c->req && is_small(c->p) && (got = qm_malloc_object_size(c->p + c->req)) != 0)
+    die("malloc_object_size past the end of a small chunk is not 0", c, got);
+}
+
 /* Takes in a chunk just returned: checks it and writes its pattern. */
 static void adopt(chunk_t *c, unsigned char *p, size_t req, size_t align, int zeroed) {
   size_t usable = qm_malloc_usable_size(p);
@@ -203,6 +224,14 @@ static void adopt(chunk_t *c, unsigned char *p, size_t req, size_t align, int ze
   c->sized = 1;
   if (usable < req)
     die("usable size below the request", c, usable);
+  /* the canary sits right after the request: nothing more may be written */
+  if (is_small(p) && usable != req)
+    die("usable size of a small chunk is not the request", c, usable);
+  /* malloc(0) and its like: a distinct address that faults, in the zero
+   * region; any other request of 0 (an aligned one) is a real chunk */
+  if (!req && !align && !is_zero_size(p))
+    die("malloc(0) outside the zero-size region", c, 0);
+  check_object_size(c);
   /* 16 bytes for every request of 16 or more, as glibc; more if asked */
   size_t a = align > 16 ? align : req >= 16 ? 16 : 1;
   if (req && ((uintptr_t)p & (a - 1)))
@@ -241,6 +270,11 @@ static void release(size_t i, int how) {
     qm_free(c->p);
   if (errno != ERRNO_MARK)
     die("free changed errno", c, (size_t)errno);
+  /* freed: no live chunk is there (nothing was handed out since); a large
+   * one may be unmapped already, then it is not qmalloc's memory */
+  size_t os = qm_malloc_object_size(c->p);
+  if (os != 0 && !(os == SIZE_MAX && !is_small(c->p)))
+    die("malloc_object_size of a freed chunk is not 0", c, os);
   drop(i);
 }
 
@@ -382,8 +416,7 @@ static void one_op(in_t *in) {
     errno = ERRNO_MARK;
     p = pv ? qm_pvalloc(n) : qm_valloc(n);
     expect_ok(p, pv ? "pvalloc" : "valloc", n);
-    keep(p, need, 0, 0);
-    live[nlive - 1].sized = 0;
+    keep(p, need, page, 0);
     if ((uintptr_t)p % page)
       die("valloc not page-aligned", &live[nlive - 1], (uintptr_t)p % page);
     break;

@@ -2,7 +2,9 @@
  * (qm__options_parse over the raw input, no NUL after it, so ASan sees any
  * read past the end). Every option must stay within its options.def range,
  * the parser must write only the struct it is given, and the result must
- * match a plain reference parser written here from the README's rules. */
+ * match a plain reference parser written here from the README's rules,
+ * hardening profile included. The options come from options.def, so a new
+ * option is fuzzed (and in the dictionary) as soon as it is added. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +105,13 @@ static int ref_parse(qm_options_t *o, const uint8_t *data, size_t n) {
   return warnings;
 }
 
+/* The README's profiles: hardening=max turns on every check the default
+ * leaves off. */
+static void ref_profile(qm_options_t *o) {
+  if (o->hardening == QM_HARDENING_MAX)
+    o->zero_on_free = 1;
+}
+
 static void fail(const char *what, size_t i, uint64_t got, uint64_t want) {
   fprintf(stderr, "fuzz-options: %s: option %s = %llu, expected %llu\n", what,
           i < NREF ? ref[i].name : "-", (unsigned long long)got, (unsigned long long)want);
@@ -140,6 +149,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int pass = 0; pass < 2; pass++) {
     int w = qm__options_parse(&o, NULL, (const char *)data, size);
     int rw = ref_parse(&r, data, size);
+    qm__options_profile(&o);
+    ref_profile(&r);
     check_ranges(&o, pass ? "second pass" : "first pass");
     if (w != rw)
       fail("warning count", NREF, (uint64_t)w, (uint64_t)rw);
