@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "options.h"
+#include "ro.h"
 
 enum { K_BOOL, K_UINT, K_ENUM };
 
@@ -107,9 +108,17 @@ static int ref_parse(qm_options_t *o, const uint8_t *data, size_t n) {
 
 /* The README's profiles: hardening=max turns on every check the default
  * leaves off. */
+/* hardening=max as the README and options.def say: zero_on_free,
+ * free_delay of at least 256, guard_interval_kb of at most 256 (none, 0,
+ * becomes 256 too) */
 static void ref_profile(qm_options_t *o) {
-  if (o->hardening == QM_HARDENING_MAX)
-    o->zero_on_free = 1;
+  if (o->hardening != QM_HARDENING_MAX)
+    return;
+  o->zero_on_free = 1;
+  if (o->free_delay < 256)
+    o->free_delay = 256;
+  if (o->guard_interval_kb == 0 || o->guard_interval_kb > 256)
+    o->guard_interval_kb = 256;
 }
 
 static void fail(const char *what, size_t i, uint64_t got, uint64_t want) {
@@ -135,7 +144,10 @@ static qm_options_t defaults;
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
+  /* init (a constructor) has sealed the options read-only already */
+  qm__ro_unseal();
   qm__options_reset();
+  qm__ro_seal();
   defaults = qm__opt;
   return 0;
 }
