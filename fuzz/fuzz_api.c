@@ -4,7 +4,9 @@
  * pattern until freed and through realloc, alignment and usable size hold
  * (exactly the request for a small chunk), malloc_object_size names the
  * request and a freed chunk, calloc memory is zero, errors give NULL and the
- * documented errno, and a successful call leaves errno alone. A zero-size
+ * documented errno, and a successful call leaves errno alone; with
+ * free_delay = D, a freed small chunk comes back only after more than D
+ * hand-outs of its class (unless the delay ring overflowed). A zero-size
  * chunk is never read or written (it faults). Live memory is bounded, so one
  * input never holds more than LIVE_MAX bytes; every input frees all it
  * allocated. Run under QMALLOC_OPTIONS=hardening=max too (the fuzz suite). */
@@ -15,6 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cache.h"
+#include "options.h"
 #include "primary.h"
 #include "qmalloc.h"
 
@@ -213,8 +217,64 @@ static void check_object_size(const chunk_t *c) {
     die("malloc_object_size past the end of a small chunk is not 0", c, got);
 }
 
+/* ---- free_delay ---- */
+
+/* Small chunks freed in this input: address, class, the class's hand-out
+ * count and the ring's early-pop count at the free. An open-addressed table
+ * (an input frees at most 4096 + LIVE_CHUNKS chunks), emptied per input. */
+#define FREED_SLOTS 16384
+typedef struct freed {
+  uintptr_t p;
+  uint64_t at, early;
+} freed_t;
+static freed_t freed[FREED_SLOTS];
+static uint64_t handed[QM_NCLASS];
+static size_t nfreed;
+
+static unsigned class_at(const void *p) {
+  return (unsigned)(((uintptr_t)p - qm__pbase) >> qm__rshift);
+}
+
+static freed_t *freed_slot(uintptr_t p) {
+  size_t h = (size_t)((p >> 4) * 0x9E3779B97F4A7C15u >> 50) % FREED_SLOTS;
+  while (freed[h].p && freed[h].p != p)
+    h = (h + 1) % FREED_SLOTS;
+  return &freed[h];
+}
+
+static void note_free(const void *p) {
+  if (!qm__opt.free_delay || !is_small(p) || class_at(p) >= QM_NCLASS || nfreed >= FREED_SLOTS / 2)
+    return;
+  freed_t *f = freed_slot((uintptr_t)p);
+  nfreed += !f->p;
+  *f = (freed_t){(uintptr_t)p, handed[class_at(p)], qm__cache_delay_early()};
+}
+
+/* A small chunk handed out (a realloc that stayed put is not one). */
+static void note_handout(const chunk_t *c) {
+  if (!qm__opt.free_delay || !is_small(c->p) || class_at(c->p) >= QM_NCLASS)
+    return;
+  unsigned k = class_at(c->p);
+  uint64_t now = ++handed[k];
+  freed_t *f = freed_slot((uintptr_t)c->p);
+  if (!f->p)
+    return;
+  /* a ring that overflowed pushed its oldest out early: that is allowed */
+  if (f->early == qm__cache_delay_early() && now - f->at <= qm__opt.free_delay)
+    die("a freed chunk came back within free_delay hand-outs of its class", c,
+        (size_t)(now - f->at));
+  f->at = 0, f->early = (uint64_t)-1; /* live again: a tombstone, not a hole */
+}
+
+static void reset_freed(void) {
+  if (nfreed)
+    memset(freed, 0, sizeof freed);
+  nfreed = 0;
+}
+
 /* Takes in a chunk just returned: checks it and writes its pattern. */
-static void adopt(chunk_t *c, unsigned char *p, size_t req, size_t align, int zeroed) {
+static void adopt(chunk_t *c, unsigned char *p, size_t req, size_t align, int zeroed,
+                  int in_place) {
   size_t usable = qm_malloc_usable_size(p);
   c->p = p;
   c->req = req;
@@ -237,6 +297,8 @@ static void adopt(chunk_t *c, unsigned char *p, size_t req, size_t align, int ze
   if (req && ((uintptr_t)p & (a - 1)))
     die("misaligned", c, (uintptr_t)p & (a - 1));
   check_no_overlap(p, usable, c);
+  if (!in_place)
+    note_handout(c);
   if (zeroed && visit(p, usable, 0, zero_fn, &req))
     die("calloc memory not zero", c, 0);
   c->tag = next_tag++;
@@ -270,6 +332,7 @@ static void release(size_t i, int how) {
     qm_free(c->p);
   if (errno != ERRNO_MARK)
     die("free changed errno", c, (size_t)errno);
+  note_free(c->p);
   /* freed: no live chunk is there (nothing was handed out since); a large
    * one may be unmapped already, then it is not qmalloc's memory */
   size_t os = qm_malloc_object_size(c->p);
@@ -286,7 +349,7 @@ static void make_room(size_t n) {
 
 static void keep(unsigned char *p, size_t req, size_t align, int zeroed) {
   chunk_t *c = &live[nlive++];
-  adopt(c, p, req, align, zeroed);
+  adopt(c, p, req, align, zeroed, 0);
   live_bytes += c->usable;
 }
 
@@ -316,7 +379,9 @@ static void after_realloc(size_t i, unsigned char *q, size_t n) {
   size_t keep_n = kept < n ? kept : n;
   live_bytes -= old.usable;
   check_pattern(&old, q, old.usable, old.tag, keep_n, "contents lost by realloc");
-  adopt(&live[i], q, n, 0, 0);
+  adopt(&live[i], q, n, 0, 0, q == old.p);
+  if (q != old.p)
+    note_free(old.p);
   live_bytes += live[i].usable;
 }
 
@@ -367,6 +432,7 @@ static void one_op(in_t *in) {
       p = arr ? qm_reallocarray(live[i].p, m, 0) : qm_realloc(live[i].p, 0);
       if (p || errno != ERRNO_MARK)
         die("realloc(p, 0) did not free p quietly", &live[i], (size_t)errno);
+      note_free(live[i].p);
       drop(i);
       break;
     }
@@ -503,6 +569,7 @@ static void one_op(in_t *in) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   in_t in = {data, size, 0};
+  reset_freed();
   for (unsigned ops = 0; in.i < in.n && ops < 4096; ops++)
     one_op(&in);
   while (nlive)
