@@ -34,11 +34,13 @@ static const opt_desc_t table[] = {
 };
 #define NOPTS (sizeof(table) / sizeof(table[0]))
 
-static uint64_t *slot(const opt_desc_t *d) { return (uint64_t *)((char *)&qm__opt + d->offset); }
+static uint64_t *slot(qm_options_t *o, const opt_desc_t *d) {
+  return (uint64_t *)((char *)o + d->offset);
+}
 
 void qm__options_reset(void) {
   for (size_t i = 0; i < NOPTS; i++)
-    *slot(&table[i]) = table[i].def;
+    *slot(&qm__opt, &table[i]) = table[i].def;
 }
 
 /* Appends choice number idx of "a|b|c" to b. */
@@ -110,11 +112,17 @@ static bool parse_value(const opt_desc_t *d, const char *s, size_t n, uint64_t *
 
 static void warn_prefix(qm_buf_t *b, const char *source) {
   b->n = 0;
-  qm_buf_str(b, source);
+  qm_buf_str(b, source ? source : "-");
   qm_buf_str(b, ": ");
 }
 
-static int apply_one(const char *source, const char *s, size_t n) {
+/* A NULL source formats the warning and prints nothing (the fuzzer). */
+static void warn(const char *source, qm_buf_t *b) {
+  if (source)
+    qm__warn_buf(b);
+}
+
+static int apply_one(qm_options_t *o, const char *source, const char *s, size_t n) {
   qm_buf_t b;
   const char *eqs = memchr(s, '=', n);
   if (!eqs) {
@@ -122,7 +130,7 @@ static int apply_one(const char *source, const char *s, size_t n) {
     qm_buf_str(&b, "'");
     put_n(&b, s, n);
     qm_buf_str(&b, "' is not name=value; ignored");
-    qm__warn_buf(&b);
+    warn(source, &b);
     return 1;
   }
   size_t nlen = (size_t)(eqs - s);
@@ -134,7 +142,7 @@ static int apply_one(const char *source, const char *s, size_t n) {
       continue;
     uint64_t v;
     if (parse_value(d, val, vlen, &v)) {
-      *slot(d) = v;
+      *slot(o, d) = v;
       return 0;
     }
     warn_prefix(&b, source);
@@ -155,31 +163,34 @@ static int apply_one(const char *source, const char *s, size_t n) {
     qm_buf_str(&b, ", not '");
     put_n(&b, val, vlen);
     qm_buf_str(&b, "'; keeping ");
-    put_value(&b, d, *slot(d));
-    qm__warn_buf(&b);
+    put_value(&b, d, *slot(o, d));
+    warn(source, &b);
     return 1;
   }
   warn_prefix(&b, source);
   qm_buf_str(&b, "unknown option '");
   put_n(&b, s, nlen);
   qm_buf_str(&b, "' ignored");
-  qm__warn_buf(&b);
+  warn(source, &b);
   return 1;
 }
 
-int qm__options_apply(const char *source, const char *s) {
+int qm__options_parse(qm_options_t *o, const char *source, const char *s, size_t n) {
   int warnings = 0;
-  if (!s)
-    return 0;
-  while (*s) {
-    const char *e = s;
-    while (*e && *e != ':')
+  size_t i = 0;
+  while (i < n && s[i]) {
+    size_t e = i;
+    while (e < n && s[e] && s[e] != ':')
       e++;
-    if (e != s)
-      warnings += apply_one(source, s, (size_t)(e - s));
-    s = *e ? e + 1 : e;
+    if (e != i)
+      warnings += apply_one(o, source, s + i, e - i);
+    i = e < n && s[e] == ':' ? e + 1 : e;
   }
   return warnings;
+}
+
+int qm__options_apply(const char *source, const char *s) {
+  return s ? qm__options_parse(&qm__opt, source, s, strlen(s)) : 0;
 }
 
 #define ENV_NAME "QMALLOC_OPTIONS="
@@ -227,16 +238,16 @@ void qm__options_init(void) {
     env = env_from_proc(procbuf, sizeof procbuf);
   }
   qm__options_apply("QMALLOC_OPTIONS", env);
-  qm__options_profile();
+  qm__options_profile(&qm__opt);
 }
 
-void qm__options_profile(void) {
-  if (qm__opt.hardening == QM_HARDENING_MAX) {
-    qm__opt.zero_on_free = 1;
-    if (qm__opt.free_delay < 256)
-      qm__opt.free_delay = 256;
-    if (!qm__opt.guard_interval_kb || qm__opt.guard_interval_kb > 256)
-      qm__opt.guard_interval_kb = 256;
+void qm__options_profile(qm_options_t *o) {
+  if (o->hardening == QM_HARDENING_MAX) {
+    o->zero_on_free = 1;
+    if (o->free_delay < 256)
+      o->free_delay = 256;
+    if (!o->guard_interval_kb || o->guard_interval_kb > 256)
+      o->guard_interval_kb = 256;
   }
 }
 
@@ -249,7 +260,7 @@ void qm__options_print(void) {
     size_t mark = b.n;
     qm_buf_str(&b, d->name);
     qm_buf_str(&b, "=");
-    put_value(&b, d, *slot(d));
+    put_value(&b, d, *slot(&qm__opt, d));
     while (b.n - mark < 34)
       qm_buf_str(&b, " ");
     qm_buf_str(&b, " ");

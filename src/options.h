@@ -6,6 +6,7 @@
 #define QM_OPTIONS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct qm_options {
@@ -34,8 +35,12 @@ void qm__options_init(void);
 /* Applies one "name=value:name=value" string over the current values;
  * source names it in warnings. Returns the number of warnings printed. */
 int qm__options_apply(const char *source, const char *s);
-/* Applies the hardening profile: max turns every check on. */
-void qm__options_profile(void);
+/* The same over *o, reading at most n bytes of s (it stops at a NUL too);
+ * a NULL source counts warnings but prints none. The fuzzer's entry point:
+ * every field it writes is within its table range. */
+int qm__options_parse(qm_options_t *o, const char *source, const char *s, size_t n);
+/* Applies the hardening profile to *o: max turns every check on. */
+void qm__options_profile(qm_options_t *o);
 void qm__options_reset(void);
 /* Prints every option with its value and doc, one per line, to stderr. */
 void qm__options_print(void);

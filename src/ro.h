@@ -12,5 +12,7 @@ void qm__ro_seal(void);
 void qm__ro_unseal(void);
 /* [lo, hi): the pages, for the tests' maps check. */
 void qm__ro_range(void **lo, void **hi);
+/* The page of padding that ends the section (ro_end.c). */
+extern char qm__ro_end[4096];
 
 #endif
