@@ -7,6 +7,7 @@
 // own process with QMALLOC_OPTIONS set (see tests/meson.build).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -17,6 +18,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <random>
@@ -943,9 +945,64 @@ std::string show(const std::vector<int> &v) {
   return s;
 }
 
+// Run only as the child of child_reuse_order (gtest skips DISABLED_ tests):
+// writes reuse_order() to the descriptor QMT_ORDER_FD names.
+TEST(LargeChild, DISABLED_WritesTheReuseOrder) {
+  const char *fd = getenv("QMT_ORDER_FD");
+  ASSERT_NE(fd, nullptr);
+  std::vector<int> o = reuse_order();
+  ssize_t n = static_cast<ssize_t>(o.size() * sizeof(int));
+  ASSERT_EQ(write(atoi(fd), o.data(), o.size() * sizeof(int)), n);
+}
+
+// reuse_order() in a forked child, or with `exec` in a new run of this
+// program (its own secret); empty if the child failed.
+std::vector<int> child_reuse_order(bool exec) {
+  int fd[2];
+  if (pipe(fd))
+    return {};
+  pid_t pid = fork();
+  if (pid < 0)
+    return {};
+  if (pid == 0) {
+    close(fd[0]);
+    if (exec) {
+      std::string env = "QMT_ORDER_FD=" + std::to_string(fd[1]);
+      putenv(env.data());
+      char self[] = "unit-tests";
+      char filter[] = "--gtest_filter=LargeChild.DISABLED_WritesTheReuseOrder";
+      char disabled[] = "--gtest_also_run_disabled_tests";
+      char *argv[] = {self, filter, disabled, nullptr};
+      int null = open("/dev/null", O_WRONLY);
+      dup2(null, 1); // gtest's own report
+      execv("/proc/self/exe", argv);
+      _exit(4);
+    }
+    std::vector<int> o = reuse_order();
+    ssize_t w = write(fd[1], o.data(), o.size() * sizeof(int));
+    _exit(w == static_cast<ssize_t>(o.size() * sizeof(int)) ? 0 : 1);
+  }
+  close(fd[1]);
+  std::vector<int> c(12);
+  size_t got = 0;
+  while (got < 12 * sizeof(int)) {
+    ssize_t r = read(fd[0], reinterpret_cast<char *>(c.data()) + got, 12 * sizeof(int) - got);
+    if (r <= 0)
+      break;
+    got += static_cast<size_t>(r);
+  }
+  close(fd[0]);
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0 ||
+      got != 12 * sizeof(int))
+    return {};
+  return c;
+}
+
 // Among the chunks that may serve a request one is drawn at random: not
 // oldest or newest first, not the same twice, not the same in two processes
-// that start from the same state (two forked children).
+// that start from the same state (two forked children), not the same in
+// two runs of the program.
 TEST_F(Large, ReuseOrderIsUnpredictable) {
   if (stats().strategy == QM_STRATEGY_NONE)
     GTEST_SKIP() << "strategy none reuses newest first";
@@ -962,34 +1019,18 @@ TEST_F(Large, ReuseOrderIsUnpredictable) {
   qmt_quarantine_flush();
   EXPECT_NE(reuse_order(), first) << show(first);
 
+  // two forked children start from this process's state and secret: only
+  // the reseeding at fork sets them apart; two fresh runs of the program
+  // (exec) differ by their secrets
   qmt_quarantine_flush();
-  std::vector<int> child[2];
-  for (auto &c : child) {
-    int fd[2];
-    ASSERT_EQ(pipe(fd), 0);
-    pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      std::vector<int> o = reuse_order();
-      ssize_t w = write(fd[1], o.data(), o.size() * sizeof(int));
-      _exit(w == static_cast<ssize_t>(o.size() * sizeof(int)) ? 0 : 1);
-    }
-    close(fd[1]);
-    c.resize(12);
-    size_t got = 0;
-    while (got < 12 * sizeof(int)) {
-      ssize_t r = read(fd[0], reinterpret_cast<char *>(c.data()) + got, 12 * sizeof(int) - got);
-      if (r <= 0)
-        break;
-      got += static_cast<size_t>(r);
-    }
-    close(fd[0]);
-    int st;
-    ASSERT_EQ(waitpid(pid, &st, 0), pid);
-    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    ASSERT_EQ(got, 12 * sizeof(int));
-  }
-  EXPECT_NE(child[0], child[1]) << show(child[0]);
+  std::vector<int> forked[2] = {child_reuse_order(false), child_reuse_order(false)};
+  ASSERT_EQ(forked[0].size(), 12u);
+  ASSERT_EQ(forked[1].size(), 12u);
+  EXPECT_NE(forked[0], forked[1]) << show(forked[0]);
+  std::vector<int> run[2] = {child_reuse_order(true), child_reuse_order(true)};
+  ASSERT_EQ(run[0].size(), 12u);
+  ASSERT_EQ(run[1].size(), 12u);
+  EXPECT_NE(run[0], run[1]) << show(run[0]);
 }
 
 } // namespace
