@@ -173,7 +173,8 @@ static inline bench_qm_stats_fn bench_qm_stats_lookup(void) {
   return (bench_qm_stats_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "qm_stats");
 }
 
-/* Appends qmalloc's syscall and reuse counts between two snapshots. */
+/* Appends qmalloc's syscall and reuse counts between two snapshots, and
+ * the quarantine's chunks and resident MiB at the second. */
 static inline void bench_print_qm_delta(const qm_stats_t *a, const qm_stats_t *b) {
   printf(" qm_mmap=%llu qm_munmap=%llu qm_mprotect=%llu qm_madvise=%llu qm_mremap=%llu"
          " qm_reuses=%llu qm_fresh=%llu qm_drops=%llu qm_unmaps=%llu qm_avoided=%llu",
@@ -186,6 +187,8 @@ static inline void bench_print_qm_delta(const qm_stats_t *a, const qm_stats_t *b
          (unsigned long long)(b->fresh_maps - a->fresh_maps),
          (unsigned long long)(b->drops - a->drops), (unsigned long long)(b->unmaps - a->unmaps),
          (unsigned long long)(b->faults_avoided - a->faults_avoided));
+  printf(" qm_quar_chunks=%llu qm_quar_res_mib=%.1f", (unsigned long long)b->quarantine_chunks,
+         (double)b->quarantine_resident_bytes / (1 << 20));
 }
 
 /* ---- record mode: what one call costs ---- */

@@ -403,8 +403,9 @@ static void demand_note(size_t need) {
  * In order of preference:
  *  1. a chunk whose resident pages cover the request with at most
  *     reuse_max_waste_pct to spare: no fault at all. Chosen at random among
- *     those seen (with the quarantine off, the newest: its memory is the
- *     warmest); capacity beyond the resident pages is address space only.
+ *     those seen with at most a quarter to spare, else among the rest (with
+ *     the quarantine off, the newest: its memory is the warmest); capacity
+ *     beyond the resident pages is address space only.
  *  2. the cheapest of the rest that fits, counting a fault per page to
  *     fault in and half one per page of waste: one with fewer resident
  *     pages faults in only the difference, one with up to 4x the resident
@@ -419,7 +420,10 @@ static void demand_note(size_t need) {
  * chunks next in line) and needed 128 to get to 0.03; this takes 0.005-0.26
  * at 96. Random or oldest-first among the fault-free chunks made no
  * difference to the misses (simulated); best fit (fewest pages) doubled
- * them, as larger requests then found their chunks taken. */
+ * them, as larger requests then found their chunks taken. Drawing among the
+ * close fits first: in 600 ops after 1500 (the quarantine still filling)
+ * 0.45 faults/op median of 8 runs, 0.28..0.65, against 0.76, 0.01..1.65
+ * drawing among all fits; 2 threads 0.71 against 1.72 (3 runs). */
 static uint32_t q_fit(size_t need, size_t align) {
   bool newest = S.strategy == QM_STRATEGY_NONE;
   /* with the quarantine off the freed chunks are only a cache, and one that
@@ -433,8 +437,10 @@ static uint32_t q_fit(size_t need, size_t align) {
   if (far < hot_max)
     far = hot_max;
   demand_note(need);
+  size_t close_max = need + need / 4;
   uint32_t pick = NIL, alt = NIL;
   size_t alt_cost = SIZE_MAX;
+  bool pick_close = false;
   unsigned fits = 0, scanned = 0;
   for (unsigned c = pclass(need); c <= pclass(far) && scanned < SCAN; c++) {
     for (uint32_t i = S.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
@@ -442,9 +448,17 @@ static uint32_t q_fit(size_t need, size_t align) {
       if (b->cap < need || (b->usable & (align - 1)))
         continue;
       if (b->dirty >= need && b->dirty <= hot_max) {
-        fits++;
-        if (newest ? pick == NIL || b->seq > B(pick)->seq : rnd_below(fits) == 0)
+        /* a close fit (at most a quarter to spare) beats a loose one: the
+         * loose ones are left to the larger requests they also fit */
+        bool close = b->dirty <= close_max;
+        if (pick != NIL && pick_close && !close)
+          continue;
+        bool restart = pick != NIL && close && !pick_close; /* the draw starts again */
+        fits = restart ? 1 : fits + 1;
+        if (restart || (newest ? pick == NIL || b->seq > B(pick)->seq : rnd_below(fits) == 0)) {
           pick = i;
+          pick_close = close;
+        }
         continue;
       }
       size_t cost = b->dirty < need ? need - b->dirty : (b->dirty - need) / 2;
