@@ -1,7 +1,7 @@
 /* bench.h: what every workload program under bench/ shares: clocks, exact
  * minor-fault counts, RSS and mapping counts read from /proc without malloc,
- * a fixed-seed PRNG, command-line parsing, the threaded harness and the one
- * result line format.
+ * a fixed-seed PRNG, command-line parsing, the threaded harness, per-call
+ * latency percentiles (record mode) and the one result line format.
  * Header-only (static functions) so each program stays one file plus this.
  */
 #ifndef QM_BENCH_H
@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -172,7 +173,8 @@ static inline bench_qm_stats_fn bench_qm_stats_lookup(void) {
   return (bench_qm_stats_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "qm_stats");
 }
 
-/* Appends qmalloc's syscall and reuse counts between two snapshots. */
+/* Appends qmalloc's syscall and reuse counts between two snapshots, and
+ * the quarantine's chunks and resident MiB at the second. */
 static inline void bench_print_qm_delta(const qm_stats_t *a, const qm_stats_t *b) {
   printf(" qm_mmap=%llu qm_munmap=%llu qm_mprotect=%llu qm_madvise=%llu qm_mremap=%llu"
          " qm_reuses=%llu qm_fresh=%llu qm_drops=%llu qm_unmaps=%llu qm_avoided=%llu",
@@ -185,6 +187,61 @@ static inline void bench_print_qm_delta(const qm_stats_t *a, const qm_stats_t *b
          (unsigned long long)(b->fresh_maps - a->fresh_maps),
          (unsigned long long)(b->drops - a->drops), (unsigned long long)(b->unmaps - a->unmaps),
          (unsigned long long)(b->faults_avoided - a->faults_avoided));
+  printf(" qm_quar_chunks=%llu qm_quar_res_mib=%.1f", (unsigned long long)b->quarantine_chunks,
+         (double)b->quarantine_resident_bytes / (1 << 20));
+}
+
+/* ---- record mode: what one call costs ---- */
+
+/* Memory for the record itself, from mmap and written once before the
+ * timed phase: no malloc of the allocator under test, and no fault while
+ * the calls are timed. NULL on failure. */
+static inline void *bench_map_touched(size_t bytes) {
+  void *p =
+      mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return NULL;
+  memset(p, 0, bytes);
+  return p;
+}
+
+/* The least time between two clock readings: the floor of every latency
+ * figure (a call that takes no time still shows this). */
+static inline uint64_t bench_clock_floor_ns(void) {
+  uint64_t best = UINT64_MAX;
+  for (int i = 0; i < 2000; i++) {
+    uint64_t a = bench_now_ns(), b = bench_now_ns();
+    if (b - a < best)
+      best = b - a;
+  }
+  return best;
+}
+
+static inline int bench_cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* The value at quantile q (0..1) of n sorted values (nearest rank). */
+static inline uint32_t bench_quantile_u32(const uint32_t *v, size_t n, double q) {
+  if (!n)
+    return 0;
+  size_t k = (size_t)(q * (double)n);
+  return v[k < n ? k : n - 1];
+}
+
+/* Sorts n latencies (ns) and appends " lat_NAME_p50_ns=.. _p99_ns=.. _p999_ns=..". */
+static inline void bench_print_latency(const char *name, uint32_t *v, size_t n) {
+  qsort(v, n, sizeof *v, bench_cmp_u32);
+  printf(" lat_%s_n=%zu lat_%s_p50_ns=%u lat_%s_p99_ns=%u lat_%s_p999_ns=%u", name, n, name,
+         bench_quantile_u32(v, n, 0.5), name, bench_quantile_u32(v, n, 0.99), name,
+         bench_quantile_u32(v, n, 0.999));
+}
+
+/* Times one call: the nanoseconds since t0, saturated to 32 bits. */
+static inline uint32_t bench_since(uint64_t t0) {
+  uint64_t d = bench_now_ns() - t0;
+  return d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
 }
 
 #endif

@@ -10,7 +10,9 @@
 #include <stdint.h>
 
 extern size_t qm__small_limit;
-extern uint64_t qm__secret; /* per process, from getrandom */
+/* The per-process secret, odd once set (early in init): keys the small
+ * chunks' checksums and seeds the large chunks' reuse choice. */
+extern uint64_t qm__secret;
 void qm__init_slow(void);
 extern int qm__init_done;
 

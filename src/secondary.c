@@ -4,7 +4,10 @@
  * under S.lock except growing the record table; a LIVE chunk is RW exactly
  * on [usable, usable + rw pages) and inaccessible elsewhere in its mapping;
  * a QUAR chunk is inaccessible throughout (strategy none aside). The lock is
- * a leaf: nothing else is locked while it is held.
+ * a leaf: nothing else is locked while it is held. The window: a freed
+ * chunk stays mapped and out of every bin until quarantine_min_frees large
+ * frees and quarantine_min_mb MiB of them came after it (only the mapping
+ * budget unmaps it earlier); a chunk in a bin is always QUAR and aged.
  */
 #include "secondary.h"
 
@@ -13,7 +16,9 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <ucontext.h>
+#include <unistd.h>
 
+#include "init.h"
 #include "lock.h"
 #include "options.h"
 #include "os.h"
@@ -27,6 +32,8 @@
 #define NBINS 160
 #define MAX_RECORDS ((size_t)1 << 20) /* the most chunks the mapping cap allows, and more */
 #define VICTIMS 32
+#define SCAN 32          /* chunks a request looks at: bounds the time under the lock */
+#define DEMAND_HALF 4096 /* requests after which the demand counts are halved */
 
 enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
 /* F_FREED: the chunk left the user (freed, or the old range of a realloc
@@ -35,7 +42,8 @@ enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
 /* F_SPLIT: the RW pages may be several VMAs. A realloc move puts the old
  * pages in front of pages of the new mapping, and the two never merge (their
  * vm_pgoff differ), so a chunk that came from a move keeps two or more. */
-enum { F_NOREUSE = 1, F_INBIN = 2, F_FREED = 4, F_SPLIT = 8 };
+/* F_COLD: in a cold bin (no page resident), while F_INBIN. */
+enum { F_NOREUSE = 1, F_INBIN = 2, F_FREED = 4, F_SPLIT = 8, F_COLD = 16 };
 
 typedef struct block {
   uintptr_t base, usable; /* the mapping, and its first usable page = user pointer */
@@ -43,7 +51,7 @@ typedef struct block {
   size_t cap, rw, dirty;  /* pages: usable, RW now, possibly non-zero */
   uint64_t seq, mark;     /* large frees / bytes freed when it was quarantined */
   uint32_t qprev, qnext, bprev, bnext;
-  uint8_t state, flags, vmas;
+  uint8_t state, flags, vmas, bclass; /* bclass: its bin while F_INBIN */
 } block_t;
 
 typedef struct slot {
@@ -63,8 +71,13 @@ static struct {
   slot_t *tab;
   size_t tab_cap, tab_used;
   uint32_t qhead, qtail, age; /* quarantine FIFO, oldest first; first not aged */
-  uint32_t bin[NBINS];
+  /* aged chunks: hot[] by resident pages (dirty), cold[] (none resident) by
+   * capacity; nhot[] counts the hot bins, demand[] the requests per class */
+  uint32_t hot[NBINS], cold[NBINS], nhot[NBINS], demand[NBINS];
+  uint32_t demand_clock;
+  uint64_t rng;                     /* the reuse choice; 0 until seeded */
   size_t qcount, qpages, qresident; /* chunks, usable pages, resident pages */
+  size_t ltail;                     /* resident pages live chunks hold past their RW part */
   uint64_t frees, freed_bytes;      /* the clocks quarantine age is read on */
   size_t maps, map_budget;
   size_t live, live_bytes, mapped_bytes;
@@ -92,6 +105,11 @@ static size_t pclass_pages(unsigned c) {
 }
 
 static block_t *B(uint32_t i) { return &S.blk[i]; }
+
+/* Resident pages a live chunk holds past its RW part: left by an earlier,
+ * larger use or by a shrink, inaccessible, and kept like quarantined pages
+ * (S.ltail sums them over live chunks). */
+static size_t tail_pages(const block_t *b) { return b->dirty > b->rw ? b->dirty - b->rw : 0; }
 
 /* Chunks that keep their pages across reuse (protect, none) and span a
  * transparent huge page get one: each of its 512 pages then changes
@@ -236,17 +254,30 @@ static void set_vmas(block_t *b, bool live) {
   b->vmas = (uint8_t)v;
 }
 
+/* A bin holds aged chunks by what serves a request best: hot[] by resident
+ * pages (a request that fits them takes no fault), cold[] by capacity (no
+ * page resident: only the mmap is saved). */
+static uint32_t *bin_head(const block_t *b) {
+  return b->flags & F_COLD ? &S.cold[b->bclass] : &S.hot[b->bclass];
+}
+
 static void bin_insert(uint32_t i) {
   block_t *b = B(i);
   if (b->flags & F_INBIN)
     return;
-  unsigned c = pclass(b->cap);
+  b->flags &= (uint8_t)~F_COLD;
+  if (!b->dirty)
+    b->flags |= F_COLD;
+  b->bclass = (uint8_t)pclass(b->dirty ? b->dirty : b->cap);
+  uint32_t *h = bin_head(b);
   b->bprev = NIL;
-  b->bnext = S.bin[c];
-  if (S.bin[c] != NIL)
-    B(S.bin[c])->bprev = i;
-  S.bin[c] = i;
+  b->bnext = *h;
+  if (*h != NIL)
+    B(*h)->bprev = i;
+  *h = i;
   b->flags |= F_INBIN;
+  if (!(b->flags & F_COLD))
+    S.nhot[b->bclass]++;
 }
 
 static void bin_remove(uint32_t i) {
@@ -256,10 +287,12 @@ static void bin_remove(uint32_t i) {
   if (b->bprev != NIL)
     B(b->bprev)->bnext = b->bnext;
   else
-    S.bin[pclass(b->cap)] = b->bnext;
+    *bin_head(b) = b->bnext;
   if (b->bnext != NIL)
     B(b->bnext)->bprev = b->bprev;
   b->flags &= (uint8_t)~F_INBIN;
+  if (!(b->flags & F_COLD))
+    S.nhot[b->bclass]--;
 }
 
 static void q_append(uint32_t i) {
@@ -319,14 +352,78 @@ static void q_age(void) {
   }
 }
 
-/* The aged chunk that serves `need` pages best: fits without more waste than
- * reuse_max_waste_pct allows, is aligned, and has the most pages already
- * resident (protect: each is a fault saved); among equals the oldest, or
- * with the quarantine off the newest (its memory is the warmest). Measured
- * and left out: reusing a chunk up to 4x too large and dropping its extra
- * pages (the drops refault: 17 faults per op against 1.3 in large churn),
- * and keeping huge-page chunks for requests that cover their huge pages
- * (more fresh mappings, no faster). */
+/* ---- the reuse choice (under S.lock) ---- */
+
+/* xorshift64*, seeded from the per-process secret: two runs of a program
+ * reuse chunks in different orders, so an exploit cannot groom which freed
+ * chunk a request gets. Before the secret exists (only while qmalloc starts,
+ * for a qmalloc_default_options() that allocates) it gives a fixed value
+ * and stays unseeded. */
+static uint64_t rnd(void) {
+  if (QM_UNLIKELY(!S.rng)) {
+    if (!qm__secret)
+      return 0x9e3779b97f4a7c15ull;
+    S.rng = (qm__secret ^ 0xd1b54a32d192ed03ull) * 0x9e3779b97f4a7c15ull | 1;
+  }
+  uint64_t x = S.rng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  S.rng = x;
+  return x * 0x2545f4914f6cdd1dull;
+}
+
+/* Reseeds in a fork child, from the state and the pid: forked workers of one
+ * parent then differ from it and from each other. */
+static void rnd_fork(void) {
+  (void)rnd();
+  if (!S.rng)
+    return; /* no secret yet: seeded later, from it */
+  uint64_t z = S.rng ^ (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  S.rng = (z ^ (z >> 31)) | 1;
+}
+
+/* Uniform in [0, n), n > 0. */
+static uint32_t rnd_below(uint32_t n) { return (uint32_t)(((rnd() >> 32) * n) >> 32); }
+
+/* Counts a request of `need` pages in its class; halves every count now and
+ * then, so that the counts follow what the program asks for lately. */
+static void demand_note(size_t need) {
+  S.demand[pclass(need)]++;
+  if (++S.demand_clock < DEMAND_HALF)
+    return;
+  S.demand_clock = 0;
+  for (unsigned c = 0; c < NBINS; c++)
+    S.demand[c] /= 2;
+}
+
+/* The aged chunk that serves `need` pages, or NIL (a fresh mapping then).
+ * In order of preference:
+ *  1. a chunk whose resident pages cover the request with at most
+ *     reuse_max_waste_pct to spare: no fault at all. Chosen at random among
+ *     those seen with at most a quarter to spare, else among the rest (with
+ *     the quarantine off, the newest: its memory is the warmest); capacity
+ *     beyond the resident pages is address space only.
+ *  2. the cheapest of the rest that fits, counting a fault per page to
+ *     fault in and half one per page of waste: one with fewer resident
+ *     pages faults in only the difference, one with up to 4x the resident
+ *     pages wastes some (its extra pages stay resident, inaccessible,
+ *     counted against quarantine_mb while it is live); taken if it costs
+ *     less than a fresh mapping, which faults in every page.
+ *  3. a chunk with no page resident and at most the same spare capacity:
+ *     saves the mmap (the only choice under discard and guard).
+ * Measured in large churn (W=8, the 32 MiB window, 600 ops after 5000):
+ * fitting by capacity alone, oldest first, with the oldest chunks' pages
+ * dropped first, took 1.3 faults/op at quarantine_mb=96 (the drops hit the
+ * chunks next in line) and needed 128 to get to 0.03; this takes 0.005-0.26
+ * at 96. Random or oldest-first among the fault-free chunks made no
+ * difference to the misses (simulated); best fit (fewest pages) doubled
+ * them, as larger requests then found their chunks taken. Drawing among the
+ * close fits first: in 600 ops after 1500 (the quarantine still filling)
+ * 0.45 faults/op median of 8 runs, 0.28..0.65, against 0.76, 0.01..1.65
+ * drawing among all fits; 2 threads 0.71 against 1.72 (3 runs). */
 static uint32_t q_fit(size_t need, size_t align) {
   bool newest = S.strategy == QM_STRATEGY_NONE;
   /* with the quarantine off the freed chunks are only a cache, and one that
@@ -336,28 +433,60 @@ static uint32_t q_fit(size_t need, size_t align) {
   size_t waste = qm__opt.reuse_max_waste_pct;
   if (newest && waste < 300)
     waste = 300;
-  size_t maxcap = need + need * waste / 100;
-  uint32_t best = NIL;
-  size_t best_res = 0;
-  uint64_t best_seq = 0;
-  unsigned scanned = 0;
-  for (unsigned c = pclass(need); c <= pclass(maxcap) && c < NBINS; c++) {
-    for (uint32_t i = S.bin[c]; i != NIL; i = B(i)->bnext) {
-      block_t *b = B(i);
-      if (b->state != B_QUAR || b->cap < need || b->cap > maxcap || (b->usable & (align - 1)))
+  size_t hot_max = need + need * waste / 100, far = need * 4;
+  if (far < hot_max)
+    far = hot_max;
+  demand_note(need);
+  size_t close_max = need + need / 4;
+  uint32_t pick = NIL, alt = NIL;
+  size_t alt_cost = SIZE_MAX;
+  bool pick_close = false;
+  unsigned fits = 0, scanned = 0;
+  for (unsigned c = pclass(need); c <= pclass(far) && scanned < SCAN; c++) {
+    for (uint32_t i = S.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+      const block_t *b = B(i);
+      if (b->cap < need || (b->usable & (align - 1)))
         continue;
-      size_t res = b->dirty < need ? b->dirty : need;
-      if (best == NIL || res > best_res ||
-          (res == best_res && (newest ? b->seq > best_seq : b->seq < best_seq))) {
-        best = i;
-        best_res = res;
-        best_seq = b->seq;
+      if (b->dirty >= need && b->dirty <= hot_max) {
+        /* a close fit (at most a quarter to spare) beats a loose one: the
+         * loose ones are left to the larger requests they also fit */
+        bool close = b->dirty <= close_max;
+        if (pick != NIL && pick_close && !close)
+          continue;
+        bool restart = pick != NIL && close && !pick_close; /* the draw starts again */
+        fits = restart ? 1 : fits + 1;
+        if (restart || (newest ? pick == NIL || b->seq > B(pick)->seq : rnd_below(fits) == 0)) {
+          pick = i;
+          pick_close = close;
+        }
+        continue;
       }
-      if (++scanned == 16)
-        return best;
+      size_t cost = b->dirty < need ? need - b->dirty : (b->dirty - need) / 2;
+      if (b->dirty <= far && cost < alt_cost) {
+        alt = i;
+        alt_cost = cost;
+      }
+    }
+    if (pick != NIL && c >= pclass(hot_max))
+      return pick; /* past here no chunk is fault-free within the waste */
+  }
+  if (pick != NIL)
+    return pick;
+  if (alt != NIL && alt_cost < need)
+    return alt;
+  fits = 0;
+  for (unsigned c = pclass(need); c <= pclass(hot_max) && c < NBINS; c++) {
+    scanned = 0;
+    for (uint32_t i = S.cold[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+      const block_t *b = B(i);
+      if (b->cap < need || b->cap > hot_max || (b->usable & (align - 1)))
+        continue;
+      fits++;
+      if (newest ? pick == NIL || b->seq > B(pick)->seq : rnd_below(fits) == 0)
+        pick = i;
     }
   }
-  return best;
+  return pick;
 }
 
 /* Takes a BUSY chunk's address out of the table before its mapping goes
@@ -389,8 +518,11 @@ typedef struct victims {
   unsigned nunmap, ndrop;
 } victims_t;
 
-static bool take_unmap_victim(victims_t *v) {
-  for (uint32_t i = S.qhead; i != NIL; i = B(i)->qnext) {
+/* Takes the oldest quarantined chunk to be unmapped: an aged one, or with
+ * `unaged_too` any (only the mapping budget asks that: past it, mmap would
+ * fail). Aged chunks are the FIFO's prefix up to S.age. */
+static bool take_unmap_victim(victims_t *v, bool unaged_too) {
+  for (uint32_t i = S.qhead; i != NIL && (unaged_too || i != S.age); i = B(i)->qnext) {
     if (B(i)->state != B_QUAR)
       continue;
     q_unlink(i);
@@ -402,22 +534,75 @@ static bool take_unmap_victim(victims_t *v) {
   return false;
 }
 
-/* Chooses what must go so that the quarantine respects its chunk cap, its
- * resident budget and the mapping budget (with `extra_maps` about to be
- * added). Returns true when v is full and the caller should call again. */
-static bool q_enforce(victims_t *v, size_t extra_maps) {
-  size_t budget_pages = (qm__opt.quarantine_mb << 20) >> qm__page_shift;
-  while (v->nunmap < VICTIMS &&
-         (S.qcount > qm__opt.quarantine_max_chunks || S.maps + extra_maps > S.map_budget))
-    if (!take_unmap_victim(v))
-      break;
-  for (uint32_t i = S.qhead; i != NIL && S.qresident > budget_pages && v->ndrop < VICTIMS;
-       i = B(i)->qnext) {
-    block_t *b = B(i);
-    if (b->state != B_QUAR || !b->dirty)
+/* The resident pages the budget covers: quarantined chunks' and the ones
+ * live chunks hold past their RW part. */
+static size_t resident_pages(void) { return S.qresident + S.ltail; }
+
+static size_t budget_pages(void) { return (qm__opt.quarantine_mb << 20) >> qm__page_shift; }
+
+/* Whether the quarantine is past one of its limits (under S.lock). */
+static bool q_over(void) {
+  return S.qcount > qm__opt.quarantine_max_chunks || S.maps > S.map_budget ||
+         resident_pages() > budget_pages();
+}
+
+/* The aged resident chunk least likely to be asked for: from the hot bin
+ * with the most chunks for the requests lately made of the sizes it serves
+ * (its own class and the two below: within reuse_max_waste_pct), the
+ * larger class on a tie. NIL if no aged chunk has a page resident. */
+static uint32_t surplus_victim(void) {
+  unsigned best = NBINS;
+  uint64_t best_n = 0, best_d = 1;
+  for (unsigned c = 0; c < NBINS; c++) {
+    if (!S.nhot[c])
       continue;
-    S.qresident -= b->dirty; /* counted as gone now; the drop follows */
-    b->state = B_BUSY;
+    uint64_t d =
+        1 + (uint64_t)S.demand[c] + (c ? S.demand[c - 1] : 0) + (c > 1 ? S.demand[c - 2] : 0);
+    /* n / d >= best_n / best_d, compared without dividing */
+    if (best == NBINS || S.nhot[c] * best_d >= best_n * d) {
+      best = c;
+      best_n = S.nhot[c];
+      best_d = d;
+    }
+  }
+  return best == NBINS ? NIL : S.hot[best];
+}
+
+/* The youngest quarantined chunk with pages resident: the last to be reused,
+ * so the one whose pages are dropped when only the window is left. */
+static uint32_t youngest_resident(void) {
+  for (uint32_t i = S.qtail; i != NIL; i = B(i)->qprev)
+    if (B(i)->state == B_QUAR && B(i)->dirty)
+      return i;
+  return NIL;
+}
+
+/* Chooses what must go so that the quarantine respects its chunk cap, the
+ * mapping budget (with `extra_maps` about to be added) and its resident
+ * budget. The cap counts aged chunks only: the window wins over it. Past the
+ * resident budget the aged chunks of the least asked-for sizes lose their
+ * pages first (the oldest, as before, were the ones next in line for
+ * reuse), and only then the youngest chunks in the window. A chunk without
+ * pages stays mapped, cold: reusing it saves an mmap. Returns true when v is
+ * full and the caller should call again. */
+static bool q_enforce(victims_t *v, size_t extra_maps) {
+  q_age();
+  while (v->nunmap < VICTIMS && S.qcount > qm__opt.quarantine_max_chunks)
+    if (!take_unmap_victim(v, false))
+      break;
+  while (v->nunmap < VICTIMS && S.maps + extra_maps > S.map_budget)
+    if (!take_unmap_victim(v, false) && !take_unmap_victim(v, true))
+      break;
+  size_t budget = budget_pages();
+  while (resident_pages() > budget && S.qresident && v->nunmap < VICTIMS && v->ndrop < VICTIMS) {
+    uint32_t i = surplus_victim();
+    if (i == NIL)
+      i = youngest_resident();
+    if (i == NIL)
+      break;
+    bin_remove(i);              /* binned again, cold, once its pages are gone */
+    S.qresident -= B(i)->dirty; /* counted as gone now; the drop follows */
+    B(i)->state = B_BUSY;
     v->drop[v->ndrop++] = i;
   }
   return v->nunmap == VICTIMS || v->ndrop == VICTIMS;
@@ -460,13 +645,15 @@ static void enforce(size_t extra_maps) {
   } while (more);
 }
 
-/* Unmaps every quarantined chunk; returns whether there was any. */
-static bool unmap_quarantine(void) {
+/* Unmaps every quarantined chunk, or only the aged ones; returns whether
+ * there was any. */
+static bool unmap_quarantine(bool unaged_too) {
   bool any = false;
   for (;;) {
     victims_t v = {.nunmap = 0};
     qm_lock(&S.lock);
-    while (v.nunmap < VICTIMS && take_unmap_victim(&v))
+    q_age();
+    while (v.nunmap < VICTIMS && take_unmap_victim(&v, unaged_too))
       ;
     qm_unlock(&S.lock);
     if (!v.nunmap)
@@ -490,7 +677,7 @@ static void ensure_ready(void) {
     S.fast = r->fast_dirty == 1;
     S.qhead = S.qtail = S.age = S.free_rec = NIL;
     for (unsigned c = 0; c < NBINS; c++)
-      S.bin[c] = NIL;
+      S.hot[c] = S.cold[c] = NIL;
     blk_reserve();
     long long sys = qm_os_read_number("/proc/sys/vm/max_map_count");
     if (sys <= 0)
@@ -529,6 +716,7 @@ static size_t hand_out_locked(uint32_t i, size_t size, size_t need, bool reused)
    * pages are dropped: calloc on a later reuse relies on it */
   if (b->dirty < b->rw)
     b->dirty = b->rw;
+  S.ltail += tail_pages(b);
   b->size = size;
   b->state = B_LIVE;
   b->flags &= (uint8_t)~F_FREED;
@@ -540,11 +728,16 @@ static size_t hand_out_locked(uint32_t i, size_t size, size_t need, bool reused)
   return nonzero < size ? nonzero : size;
 }
 
-/* The same, taking the lock, and zeroing what may be non-zero if asked. */
+/* The same, taking the lock, and zeroing what may be non-zero if asked; a
+ * reused chunk may bring resident pages past the request, which count
+ * against the budget. */
 static void *hand_out(uint32_t i, size_t size, size_t need, bool zero, bool reused) {
   qm_lock(&S.lock);
   size_t nonzero = hand_out_locked(i, size, need, reused);
+  bool over = q_over();
   qm_unlock(&S.lock);
+  if (over)
+    enforce(0);
   if (zero && nonzero)
     memset((void *)B(i)->usable, 0, nonzero);
   return (void *)B(i)->usable;
@@ -561,9 +754,13 @@ static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreu
   qm_range_t r;
   int err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift,
                           thp_advice(cap), &r);
-  if (err == ENOMEM && unmap_quarantine()) /* out of address space or mappings */
-    err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift,
-                        thp_advice(cap), &r);
+  /* out of address space or mappings: the aged chunks go first, and the
+   * window itself only as the last resort (failing instead would leave a
+   * program that freed everything unable to allocate again) */
+  for (int round = 0; err == ENOMEM && round < 2; round++)
+    if (unmap_quarantine(round == 1))
+      err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift,
+                          thp_advice(cap), &r);
   if (err)
     return fail_enomem();
   qm_lock(&S.lock);
@@ -622,7 +819,10 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       B(i)->state = B_BUSY;
       if (need <= B(i)->rw) { /* open already (strategy none): no syscall */
         size_t nonzero = hand_out_locked(i, size, need, true);
+        bool over = q_over();
         qm_unlock(&S.lock);
+        if (over)
+          enforce(0);
         if (zero && nonzero)
           memset((void *)B(i)->usable, 0, nonzero);
         return (void *)B(i)->usable;
@@ -701,12 +901,6 @@ static bool unmap_on_free(const block_t *b) {
          S.maps - b->vmas + qm__range_vmas(S.strategy, none) > S.map_budget;
 }
 
-/* Whether the quarantine is past one of its limits (under S.lock). */
-static bool q_over(void) {
-  return S.qcount > qm__opt.quarantine_max_chunks || S.maps > S.map_budget ||
-         S.qresident > (qm__opt.quarantine_mb << 20) >> qm__page_shift;
-}
-
 /* Puts a BUSY chunk, its range retired, into the quarantine (under S.lock);
  * returns whether the caller must enforce() the limits. */
 static bool q_enter(uint32_t i, bool dropped) {
@@ -753,6 +947,7 @@ void qm__large_free(void *p) {
   block_t *b = B(i);
   b->state = B_BUSY;
   b->flags |= F_FREED;
+  S.ltail -= tail_pages(b);
   S.frees++;
   S.freed_bytes += b->size;
   S.live--;
@@ -859,6 +1054,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
    * past its RW part (a shrink's tail), which may still hold data: without
    * such a tail nothing is resident, so nothing counts against the
    * quarantine's budget or as a fault reuse would save */
+  S.ltail -= tail_pages(o);
   if (o->dirty <= o->rw)
     o->dirty = 0;
   o->flags |= F_FREED;
@@ -906,9 +1102,11 @@ void *qm__large_realloc(void *p, size_t size) {
     qm_lock(&S.lock);
     b->state = B_LIVE;
     if (!err) {
+      S.ltail -= tail_pages(b);
       b->rw = new_rw;
       if (b->dirty < new_rw)
         b->dirty = new_rw;
+      S.ltail += tail_pages(b); /* a shrink keeps its tail resident */
       S.live_bytes = S.live_bytes - b->size + size;
       b->size = size;
       S.in_place++;
@@ -947,7 +1145,7 @@ void *qm__large_realloc(void *p, size_t size) {
 
 void qm__large_flush(void) {
   if (atomic_load_explicit(&S.ready, memory_order_acquire))
-    unmap_quarantine();
+    unmap_quarantine(true);
 }
 
 size_t qm__large_trim(void) {
@@ -961,6 +1159,7 @@ size_t qm__large_trim(void) {
       block_t *b = B(i);
       if (b->state != B_QUAR || !b->dirty)
         continue;
+      bin_remove(i); /* binned again, cold, once its pages are gone */
       S.qresident -= b->dirty;
       total += b->dirty << qm__page_shift;
       b->state = B_BUSY;
@@ -1045,6 +1244,7 @@ void qm__large_fork_parent(void) {
 /* A chunk another thread had BUSY at fork stays BUSY in the child: its
  * owner does not exist there, so the chunk is simply never touched again. */
 void qm__large_fork_child(void) {
+  rnd_fork();
   qm_lock_reinit(&S.lock);
   qm__probe_fork_child();
   qm_lock_reinit(&S.init_lock);

@@ -29,7 +29,7 @@ protected:
 };
 
 TEST_F(Options, DefaultsAreTheTable) {
-  EXPECT_EQ(qmt_option("quarantine_mb"), 64u);
+  EXPECT_EQ(qmt_option("quarantine_mb"), 96u);
   EXPECT_EQ(qmt_option("large_threshold_kb"), 128u);
   EXPECT_EQ(qmt_option("strategy"), 0u); // auto
   EXPECT_EQ(qmt_option("probe"), 0u);    // auto
@@ -67,8 +67,8 @@ TEST_F(Options, UnknownNameWarnsAndTheRestApplies) {
 TEST_F(Options, OutOfRangeNamesTheRangeAndKeepsTheValue) {
   std::string err = apply("quarantine_mb=99999999");
   EXPECT_EQ(err, "qmalloc: WARNING: QMALLOC_OPTIONS: option 'quarantine_mb' takes an integer in "
-                 "[0, 1048576], not '99999999'; keeping 64\n");
-  EXPECT_EQ(qmt_option("quarantine_mb"), 64u);
+                 "[0, 1048576], not '99999999'; keeping 96\n");
+  EXPECT_EQ(qmt_option("quarantine_mb"), 96u);
   err = apply("large_threshold_kb=2");
   EXPECT_EQ(err, "qmalloc: WARNING: QMALLOC_OPTIONS: option 'large_threshold_kb' takes an "
                  "integer in [4, 128], not '2'; keeping 128\n");
@@ -77,16 +77,16 @@ TEST_F(Options, OutOfRangeNamesTheRangeAndKeepsTheValue) {
 TEST_F(Options, MalformedValues) {
   EXPECT_EQ(apply("quarantine_mb=abc"),
             "qmalloc: WARNING: QMALLOC_OPTIONS: option 'quarantine_mb' takes an integer in "
-            "[0, 1048576], not 'abc'; keeping 64\n");
+            "[0, 1048576], not 'abc'; keeping 96\n");
   EXPECT_EQ(apply("quarantine_mb="),
             "qmalloc: WARNING: QMALLOC_OPTIONS: option 'quarantine_mb' takes an integer in "
-            "[0, 1048576], not ''; keeping 64\n");
+            "[0, 1048576], not ''; keeping 96\n");
   EXPECT_EQ(apply("quarantine_mb=-1"),
             "qmalloc: WARNING: QMALLOC_OPTIONS: option 'quarantine_mb' takes an integer in "
-            "[0, 1048576], not '-1'; keeping 64\n");
+            "[0, 1048576], not '-1'; keeping 96\n");
   EXPECT_EQ(apply("quarantine_mb=123456789012345678901234"),
             "qmalloc: WARNING: QMALLOC_OPTIONS: option 'quarantine_mb' takes an integer in "
-            "[0, 1048576], not '123456789012345678901234'; keeping 64\n");
+            "[0, 1048576], not '123456789012345678901234'; keeping 96\n");
   EXPECT_EQ(apply("strategy=fast"),
             "qmalloc: WARNING: QMALLOC_OPTIONS: option 'strategy' takes one of "
             "auto|protect|discard|guard|unmap|none, not 'fast'; keeping auto\n");
@@ -95,7 +95,7 @@ TEST_F(Options, MalformedValues) {
   EXPECT_EQ(apply("noequals"),
             "qmalloc: WARNING: QMALLOC_OPTIONS: 'noequals' is not name=value; ignored\n");
   EXPECT_EQ(apply("=5"), "qmalloc: WARNING: QMALLOC_OPTIONS: unknown option '' ignored\n");
-  EXPECT_EQ(qmt_option("quarantine_mb"), 64u);
+  EXPECT_EQ(qmt_option("quarantine_mb"), 96u);
   EXPECT_EQ(qmt_option("strategy"), 0u);
 }
 
@@ -111,7 +111,7 @@ TEST_F(Options, EmptyEntriesAreNothing) {
 TEST_F(Options, LongGarbageIsCutInTheMessage) {
   std::string s = "quarantine_mb=" + std::string(5000, 'x');
   std::string err = apply(s.c_str());
-  EXPECT_NE(err.find("not '" + std::string(80, 'x') + "...'; keeping 64"), std::string::npos)
+  EXPECT_NE(err.find("not '" + std::string(80, 'x') + "...'; keeping 96"), std::string::npos)
       << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1);
 }

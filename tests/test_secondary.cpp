@@ -1,17 +1,27 @@
 // test_secondary.cpp: large chunks: use-after-free and overflow faults with
 // their reports, double and invalid frees, zero-fault reuse on fast-path
-// kernels, aging, the quarantine's budgets, realloc in place and by mremap,
-// and graceful ENOMEM. Suites named after a strategy or option run in their
+// kernels, aging, the window (no range back before quarantine_min_frees and
+// quarantine_min_mb, whatever the threads, sizes and realloc moves), the
+// random reuse order, the quarantine's budgets, realloc in place and by
+// mremap, and graceful ENOMEM. Suites named after a strategy or option run in their
 // own process with QMALLOC_OPTIONS set (see tests/meson.build).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -297,7 +307,7 @@ TEST_F(Large, QuarantineKeepsToItsResidentBudget) {
 }
 
 TEST_F(Large, QuarantineKeepsToItsChunkCap) {
-  set("quarantine_max_chunks=4:quarantine_min_frees=1000:quarantine_min_mb=0");
+  set("quarantine_max_chunks=4:quarantine_min_frees=0:quarantine_min_mb=0");
   qm_stats_t before = stats();
   std::vector<void *> v;
   for (int i = 0; i < 10; i++)
@@ -307,6 +317,26 @@ TEST_F(Large, QuarantineKeepsToItsChunkCap) {
   qm_stats_t s = stats();
   EXPECT_LE(s.quarantine_chunks, 4u);
   EXPECT_GE(s.unmaps, before.unmaps + 6);
+}
+
+// The cap counts aged chunks only: one still in its window stays mapped
+// (unmapped, its range could come back from the next mmap at once).
+TEST_F(Large, TheWindowWinsOverTheChunkCap) {
+  set("quarantine_max_chunks=4:quarantine_min_frees=1000:quarantine_min_mb=0");
+  qm_stats_t before = stats();
+  std::vector<void *> v;
+  for (int i = 0; i < 10; i++)
+    v.push_back(qm_malloc(256 * KiB));
+  for (void *p : v)
+    qm_free(p);
+  qm_stats_t s = stats();
+  EXPECT_GE(s.quarantine_chunks, 10u);
+  EXPECT_EQ(s.unmaps, before.unmaps);
+  char prot[5];
+  for (void *p : v) {
+    qmt_prot_of(p, prot);
+    EXPECT_STREQ(prot, s.strategy == QM_STRATEGY_GUARD ? "rw-p" : "---p") << "still mapped";
+  }
 }
 
 TEST_F(Large, VeryLargeChunksAreNeverReused) {
@@ -711,6 +741,296 @@ TEST_F(UnmapStrategy, ReallocMovesUnmapTheOldChunk) {
     p = static_cast<char *>(qm_realloc(p, n));
   EXPECT_EQ(stats().quarantine_chunks, 0u);
   qm_free(p);
+}
+
+// ---- the window: a freed chunk's range is handed out again, in whole or in
+// part, only after quarantine_min_frees large frees and quarantine_min_mb MiB
+// of large chunks were freed after it ----
+
+// The calls of a churn, on one clock across threads: tickets from a shared
+// counter, taken before and after each free and after each allocation
+// returns. The allocator counts a free Y as "after" a free X only if Y
+// ends after X starts, and only if Y starts before the allocation that
+// reuses X's range returns: so the frees that satisfy both bound its count
+// from above, and a window it keeps is never seen as broken (one thread:
+// the count is exact).
+class CallLog {
+public:
+  size_t ticket() { return next_++; }
+  void freed(const void *p, size_t n, size_t start) {
+    std::lock_guard<std::mutex> g(m_);
+    frees_.push_back({reinterpret_cast<uintptr_t>(p), n, start, ticket()});
+  }
+  void allocated(const void *p, size_t n) {
+    size_t t = ticket();
+    std::lock_guard<std::mutex> g(m_);
+    allocs_.push_back({reinterpret_cast<uintptr_t>(p), n, t, t});
+  }
+
+  // For every freed large range some later allocation overlapped: the most
+  // large frees and bytes the allocator can have counted after it by then,
+  // least over all such reuses.
+  struct Reuse {
+    size_t count = 0;
+    uint64_t min_frees = UINT64_MAX, min_bytes = UINT64_MAX;
+  };
+  Reuse reuse() {
+    struct Ev {
+      size_t t;
+      bool is_free;
+      size_t idx;
+    };
+    std::vector<Ev> ev;
+    for (size_t i = 0; i < frees_.size(); i++)
+      ev.push_back({frees_[i].start, true, i}); // reusable once its free began
+    for (size_t i = 0; i < allocs_.size(); i++)
+      ev.push_back({allocs_[i].start, false, i});
+    std::sort(ev.begin(), ev.end(), [](const Ev &a, const Ev &b) { return a.t < b.t; });
+    std::map<uintptr_t, size_t> pending; // start -> free index; disjoint ranges
+    Reuse r;
+    for (const Ev &e : ev) {
+      const Call &c = e.is_free ? frees_[e.idx] : allocs_[e.idx];
+      uintptr_t a = c.addr, end = c.addr + std::max<size_t>(c.size, 1);
+      auto it = pending.upper_bound(a);
+      if (it != pending.begin() && frees_[std::prev(it)->second].end_addr() > a)
+        --it;
+      while (it != pending.end() && it->first < end) {
+        if (!e.is_free) {
+          const Call &x = frees_[it->second];
+          uint64_t n = 0, bytes = 0;
+          for (size_t j = 0; j < frees_.size(); j++) {
+            const Call &y = frees_[j];
+            if (j != it->second && y.end > x.start && y.start < c.start) {
+              n++;
+              bytes += y.size;
+            }
+          }
+          r.count++;
+          r.min_frees = std::min(r.min_frees, n);
+          r.min_bytes = std::min(r.min_bytes, bytes);
+        }
+        it = pending.erase(it);
+      }
+      if (e.is_free)
+        pending[a] = e.idx;
+    }
+    return r;
+  }
+
+private:
+  struct Call {
+    uintptr_t addr;
+    size_t size, start, end;
+    uintptr_t end_addr() const { return addr + std::max<size_t>(size, 1); }
+  };
+  std::mutex m_;
+  std::vector<Call> frees_, allocs_;
+  std::atomic<size_t> next_{0};
+};
+
+// T threads churn large chunks of mixed sizes (128 KiB..2 MiB, log-uniform),
+// six live each, with small allocations in between and some chunks grown by
+// realloc (a move frees the old range); every call goes to the log.
+void window_churn(CallLog &log, unsigned threads, int ops) {
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < threads; t++)
+    ts.emplace_back([&log, t, ops] {
+      std::mt19937_64 rng(1234 + t);
+      std::uniform_real_distribution<double> u(std::log(128.0 * KiB), std::log(2.0 * MiB));
+      std::vector<std::pair<char *, size_t>> live, small;
+      for (int i = 0; i < ops; i++) {
+        if (live.size() == 6) {
+          size_t t0 = log.ticket();
+          qm_free(live.front().first);
+          log.freed(live.front().first, live.front().second, t0);
+          live.erase(live.begin());
+        }
+        size_t n = static_cast<size_t>(std::exp(u(rng)));
+        char *p = static_cast<char *>(qm_malloc(n));
+        ASSERT_NE(p, nullptr);
+        log.allocated(p, n);
+        p[0] = p[n - 1] = 1;
+        live.emplace_back(p, n);
+        if (i % 3 == 0) { // small ones between
+          size_t m = 16 + rng() % 4000;
+          char *q = static_cast<char *>(qm_malloc(m));
+          ASSERT_NE(q, nullptr);
+          log.allocated(q, m);
+          small.emplace_back(q, m);
+          if (small.size() > 20) {
+            qm_free(small.front().first);
+            small.erase(small.begin());
+          }
+        }
+        if (i % 7 == 0) { // grown past its capacity: moved, the old range freed
+          auto &b = live.back();
+          size_t m = b.second * 2 + 4096 * (rng() % 64);
+          size_t t0 = log.ticket();
+          char *q = static_cast<char *>(qm_realloc(b.first, m));
+          ASSERT_NE(q, nullptr);
+          if (q != b.first) {
+            log.freed(b.first, b.second, t0);
+            log.allocated(q, m);
+          }
+          q[m - 1] = 1;
+          b = {q, m};
+        }
+      }
+      for (auto &b : live) {
+        size_t t0 = log.ticket();
+        qm_free(b.first);
+        log.freed(b.first, b.second, t0);
+      }
+      for (auto &b : small)
+        qm_free(b.first);
+    });
+  for (auto &t : ts)
+    t.join();
+}
+
+TEST_F(Large, WindowHoldsWithTheDefaults) {
+  ASSERT_EQ(qmt_option("quarantine_min_frees"), 16u);
+  ASSERT_EQ(qmt_option("quarantine_min_mb"), 32u);
+  qm_stats_t before = stats();
+  CallLog log;
+  window_churn(log, 3, 400);
+  qm_stats_t after = stats();
+  CallLog::Reuse r = log.reuse();
+  EXPECT_GT(after.reuses - before.reuses, 300u) << "the churn must reuse chunks";
+  EXPECT_GT(r.count, 300u) << "ranges handed out again";
+  EXPECT_GE(r.min_frees, 16u);
+  EXPECT_GE(r.min_bytes, 32 * MiB) << r.min_bytes / double(MiB) << " MiB";
+}
+
+// The same churn and check with a shallow window: ranges come back sooner,
+// and the check sees it (it can fail).
+TEST_F(Large, WindowCheckSeesAShallowWindow) {
+  set("quarantine_min_frees=2:quarantine_min_mb=1");
+  CallLog log;
+  window_churn(log, 1, 300);
+  CallLog::Reuse r = log.reuse();
+  EXPECT_GT(r.count, 100u);
+  EXPECT_LT(r.min_frees, 16u);
+  EXPECT_LT(r.min_bytes, 32 * MiB);
+  EXPECT_GE(r.min_frees, 2u);
+  EXPECT_GE(r.min_bytes, 1 * MiB);
+}
+
+// Which of 24 aged 1 MiB chunks serve 12 requests of the same size, as
+// indexes into the order they were freed in (-1: another chunk).
+std::vector<int> reuse_order() {
+  std::vector<void *> a(24);
+  for (auto &p : a)
+    p = qm_malloc(MiB);
+  for (void *p : a)
+    qm_free(p);
+  for (int i = 0; i < 40; i++) // 120 MiB and 40 frees after them: all aged
+    qm_free(qm_malloc(3 * MiB));
+  std::vector<int> order;
+  std::vector<void *> got;
+  for (int i = 0; i < 12; i++) {
+    got.push_back(qm_malloc(MiB));
+    auto it = std::find(a.begin(), a.end(), got.back());
+    order.push_back(it == a.end() ? -1 : static_cast<int>(it - a.begin()));
+  }
+  for (void *p : got)
+    qm_free(p);
+  return order;
+}
+
+std::string show(const std::vector<int> &v) {
+  std::string s;
+  for (int x : v)
+    s += std::to_string(x) + " ";
+  return s;
+}
+
+// Run only as the child of child_reuse_order (gtest skips DISABLED_ tests):
+// writes reuse_order() to the descriptor QMT_ORDER_FD names.
+TEST(LargeChild, DISABLED_WritesTheReuseOrder) {
+  const char *fd = getenv("QMT_ORDER_FD");
+  ASSERT_NE(fd, nullptr);
+  std::vector<int> o = reuse_order();
+  ssize_t n = static_cast<ssize_t>(o.size() * sizeof(int));
+  ASSERT_EQ(write(atoi(fd), o.data(), o.size() * sizeof(int)), n);
+}
+
+// reuse_order() in a forked child, or with `exec` in a new run of this
+// program (its own secret); empty if the child failed.
+std::vector<int> child_reuse_order(bool exec) {
+  int fd[2];
+  if (pipe(fd))
+    return {};
+  pid_t pid = fork();
+  if (pid < 0)
+    return {};
+  if (pid == 0) {
+    close(fd[0]);
+    if (exec) {
+      std::string env = "QMT_ORDER_FD=" + std::to_string(fd[1]);
+      putenv(env.data());
+      char self[] = "unit-tests";
+      char filter[] = "--gtest_filter=LargeChild.DISABLED_WritesTheReuseOrder";
+      char disabled[] = "--gtest_also_run_disabled_tests";
+      char *argv[] = {self, filter, disabled, nullptr};
+      int null = open("/dev/null", O_WRONLY);
+      dup2(null, 1); // gtest's own report
+      execv("/proc/self/exe", argv);
+      _exit(4);
+    }
+    std::vector<int> o = reuse_order();
+    ssize_t w = write(fd[1], o.data(), o.size() * sizeof(int));
+    _exit(w == static_cast<ssize_t>(o.size() * sizeof(int)) ? 0 : 1);
+  }
+  close(fd[1]);
+  std::vector<int> c(12);
+  size_t got = 0;
+  while (got < 12 * sizeof(int)) {
+    ssize_t r = read(fd[0], reinterpret_cast<char *>(c.data()) + got, 12 * sizeof(int) - got);
+    if (r <= 0)
+      break;
+    got += static_cast<size_t>(r);
+  }
+  close(fd[0]);
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0 ||
+      got != 12 * sizeof(int))
+    return {};
+  return c;
+}
+
+// Among the chunks that may serve a request one is drawn at random: not
+// oldest or newest first, not the same twice, not the same in two processes
+// that start from the same state (two forked children), not the same in
+// two runs of the program.
+TEST_F(Large, ReuseOrderIsUnpredictable) {
+  if (stats().strategy == QM_STRATEGY_NONE)
+    GTEST_SKIP() << "strategy none reuses newest first";
+  std::vector<int> first = reuse_order();
+  for (int x : first)
+    ASSERT_GE(x, 0) << "every request served by one of the 24: " << show(first);
+  std::vector<int> fifo(12), lifo(12);
+  for (int i = 0; i < 12; i++) {
+    fifo[i] = i;
+    lifo[i] = 23 - i;
+  }
+  EXPECT_NE(first, fifo);
+  EXPECT_NE(first, lifo);
+  qmt_quarantine_flush();
+  EXPECT_NE(reuse_order(), first) << show(first);
+
+  // two forked children start from this process's state and secret: only
+  // the reseeding at fork sets them apart; two fresh runs of the program
+  // (exec) differ by their secrets
+  qmt_quarantine_flush();
+  std::vector<int> forked[2] = {child_reuse_order(false), child_reuse_order(false)};
+  ASSERT_EQ(forked[0].size(), 12u);
+  ASSERT_EQ(forked[1].size(), 12u);
+  EXPECT_NE(forked[0], forked[1]) << show(forked[0]);
+  std::vector<int> run[2] = {child_reuse_order(true), child_reuse_order(true)};
+  ASSERT_EQ(run[0].size(), 12u);
+  ASSERT_EQ(run[1].size(), 12u);
+  EXPECT_NE(run[0], run[1]) << show(run[0]);
 }
 
 } // namespace
