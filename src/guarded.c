@@ -215,10 +215,14 @@ static void enforce(unsigned first) {
 
 /* ---- allocation and free ---- */
 
-/* The alignment a type of n bytes can have: its size is a multiple of it,
- * so the largest power of two dividing n, at most 16. The chunk then ends
- * exactly at the guard. */
-static size_t natural_align(size_t n) {
+/* The alignment of a plain malloc's chunk: guard_align, or with 0 the
+ * alignment a type of n bytes can have (its size is a multiple of it: the
+ * largest power of two dividing n, at most 16), which puts every chunk flush
+ * against its guard. Real programs assume 16 (CPython 3.11 cannot start
+ * without it), hence the default; the slack it leaves is checked at free. */
+static size_t plain_align(size_t n) {
+  if (qm__opt.guard_align) /* a power of two: its highest bit */
+    return (size_t)1 << (63 - __builtin_clzll(qm__opt.guard_align));
   size_t a = n & (~n + 1);
   return !a || a > QM_MIN_ALIGN ? QM_MIN_ALIGN : a;
 }
@@ -228,7 +232,7 @@ static size_t natural_align(size_t n) {
 static unsigned char slack_byte(uintptr_t x) { return (unsigned char)(0x80 | ((x * 0x9d) >> 3)); }
 
 void *qm__guarded_alloc(size_t n, size_t align) {
-  size_t a = align ? align : natural_align(n);
+  size_t a = align ? align : plain_align(n);
   if (n > ((size_t)1 << 30) || a > ((size_t)1 << 30))
     return NULL;
   size_t pg = qm__page;
@@ -247,8 +251,13 @@ void *qm__guarded_alloc(size_t n, size_t align) {
    * none: fresh ones while the quarantine is within its budget, so freed
    * slots age as long as the budget allows */
   bool can_fresh = c->fresh < c->nslots && (G.markers || G.maps + 2 <= G.map_budget);
+  /* and while the mapping budget lets the next free split a VMA: past it a
+   * free would retire with markers, a page zap (a TLB flush, expensive on
+   * a VM) now and a zero-fill fault at reuse; the oldest slot costs one
+   * mprotect and no fault */
+  bool tight = G.markers && G.maps + 2 > G.map_budget;
   uint32_t i;
-  bool reused = c->count && (!can_fresh || G.qres > G.qbudget);
+  bool reused = c->count && (!can_fresh || tight || G.qres > G.qbudget);
   if (reused) {
     i = ring_pop(c);
   } else if (can_fresh) {
