@@ -117,6 +117,13 @@ typedef struct qm_stats {
   uint64_t small_reserved, small_committed, small_in_use, small_free, small_purged;
   uint64_t threads;
   int strategy;
+  /* guarded slots (sample_rate, guard_all) */
+  uint64_t guarded_live_chunks, guarded_live_bytes; /* requested bytes */
+  uint64_t guarded_quarantine_chunks, guarded_quarantine_resident_bytes;
+  uint64_t guarded_allocs, guarded_frees, guarded_reuses;
+  uint64_t guarded_skipped; /* requests that wanted a slot and got an ordinary chunk */
+  uint64_t guarded_mappings_estimate, guarded_mappings_budget;
+  int guarded_markers; /* 1: guard pages are MADV_GUARD_INSTALL markers (Linux 6.13+) */
 } qm_stats_t;
 void qm_stats(qm_stats_t *out);
 

@@ -11,6 +11,7 @@
 #include "alloc.h"
 #include "cache.h"
 #include "chunk.h"
+#include "guarded.h"
 #include "init.h"
 #include "options.h"
 #include "primary.h"
@@ -203,7 +204,7 @@ static void *hand_out(uintptr_t ch, unsigned c, size_t n, size_t align) {
 
 /* A small chunk for n bytes aligned to align (<= 16: the natural alignment).
  * Falls back to larger classes when a class's region is exhausted. */
-static void *small_alloc(size_t n, size_t align) {
+static void *small_alloc_plain(size_t n, size_t align) {
   if (!n && align <= QM_MIN_ALIGN)
     return qm__zero_alloc();
   /* room for the offset; n = 0 counts as 1, or the aligned pointer could
@@ -219,6 +220,29 @@ static void *small_alloc(size_t n, size_t align) {
   return NULL;
 }
 
+/* The same, or a guarded slot under guard_all (over-aligned requests and the
+ * slow path of malloc come here). */
+static void *small_alloc(size_t n, size_t align) {
+  if (QM_UNLIKELY(qm__opt.guard_all)) {
+    void *g = qm__guarded_alloc(n, align > QM_MIN_ALIGN ? align : 0);
+    if (g)
+      return g;
+  }
+  return small_alloc_plain(n, align);
+}
+
+/* The countdown of qm_malloc reached zero: a guarded slot if it was due
+ * (not on a thread's first malloc, which arms it), else an ordinary chunk,
+ * as when no slot can be had. */
+static QM_COLD void *sampled_malloc(size_t n) {
+  if (qm__sample_due()) {
+    void *g = qm__guarded_alloc(n, 0);
+    if (g)
+      return g;
+  }
+  return small_alloc_plain(n, 0);
+}
+
 static QM_COLD void *malloc_slow(size_t n) {
   qm__init();
   if (QM_UNLIKELY(qm__init_bootstrapping()))
@@ -230,6 +254,10 @@ static QM_COLD void *malloc_slow(size_t n) {
 
 QM_EXPORT void *qm_malloc(size_t n) {
   if (QM_LIKELY(n < qm__small_limit)) {
+    /* sampling's whole cost on this path (qm__small_limit is 0 until init,
+     * so the sampled path runs initialised) */
+    if (QM_UNLIKELY(!--qm__sample_left))
+      return sampled_malloc(n);
     unsigned c = qm_class_of(n);
     qm_bin_t *b = &qm__bin[c];
     if (QM_LIKELY(b->count)) {
@@ -327,6 +355,10 @@ static QM_COLD void small_free_general(void *p, uintptr_t off) {
 static QM_COLD void large_free(void *p) {
   if (QM_UNLIKELY(qm__boot_owns(p)))
     return; /* never reused: nothing to do */
+  if (qm_guarded_owns(p)) {
+    qm__guarded_free(p, "invalid free of");
+    return;
+  }
   qm__large_free(p);
 }
 
@@ -474,6 +506,10 @@ static held_t held_of(const char *op, void *p) {
     size_t n = qm__boot_size(p);
     return (held_t){n, n, "small"};
   }
+  if (qm_guarded_owns(p)) {
+    size_t n = qm__guarded_size(p, op);
+    return (held_t){n, n, "sampled small"};
+  }
   return (held_t){qm__large_size(p, op), qm__large_usable(p, op), "large"};
 }
 
@@ -537,7 +573,7 @@ QM_EXPORT void *qm_realloc(void *p, size_t n) {
       }
       small_check("realloc of", p, off, &c, &w); /* a racing free: it reports */
     }
-  } else if (off >= qm__pspan && !qm__boot_owns(p) && n >= qm__small_limit) {
+  } else if (off >= qm__pspan && !qm__boot_owns(p) && !qm_guarded_owns(p) && n >= qm__small_limit) {
     return qm__large_realloc(p, n);
   }
   /* a move: everything the program may have written comes along */
@@ -576,12 +612,16 @@ QM_EXPORT size_t qm_malloc_object_size(const void *ptr) {
   }
   if (!ptr || qm__boot_owns(ptr))
     return SIZE_MAX;
+  if (qm_guarded_owns(ptr))
+    return qm__guarded_object_size(a);
   return qm__large_object_size(a);
 }
 
 /* ---- describing small-chunk addresses (for the SIGSEGV report) ---- */
 
 bool qm__small_describe(uintptr_t a, const char **what, qm_buf_t *d) {
+  if (qm__guarded_describe(a, what, d))
+    return true;
   uintptr_t off = a - qm__pbase;
   if (a < qm__pbase && qm__pbase - a <= qm__page && qm__pspan) {
     *what = "wild access";

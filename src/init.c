@@ -5,7 +5,7 @@
  * that allocates) are served from a static bootstrap arena, so that nothing
  * is fixed from the default options before the real ones are known. The
  * fork lock order, taken in prepare and released in reverse:
- *   secondary init lock -> probe lock -> secondary lock -> class locks 0..N
+ *   guarded-slot lock -> secondary init lock -> probe lock -> secondary lock -> class locks 0..N
  *   -> zero-size lock -> meta lock -> thread-cache registry lock
  * which is also the only nesting allowed anywhere else.
  */
@@ -22,6 +22,7 @@
 
 #include "cache.h"
 #include "chunk.h"
+#include "guarded.h"
 #include "meta.h"
 #include "options.h"
 #include "primary.h"
@@ -90,6 +91,7 @@ static uint64_t make_secret(void) {
 }
 
 static void fork_prepare(void) {
+  qm__guarded_fork_prepare();
   qm__large_fork_prepare();
   qm__primary_lock_all();
   qm__zero_fork_prepare();
@@ -103,6 +105,7 @@ static void fork_parent(void) {
   qm__zero_fork_parent();
   qm__primary_unlock_all();
   qm__large_fork_parent();
+  qm__guarded_fork_parent();
 }
 
 static void fork_child(void) {
@@ -111,6 +114,7 @@ static void fork_child(void) {
   qm__zero_fork_child();
   qm__primary_reinit_locks();
   qm__large_fork_child();
+  qm__guarded_fork_child();
 }
 
 static __thread bool initializing __attribute__((tls_model("initial-exec")));

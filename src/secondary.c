@@ -18,6 +18,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "guarded.h"
 #include "init.h"
 #include "lock.h"
 #include "options.h"
@@ -686,6 +687,8 @@ static void ensure_ready(void) {
     S.map_budget = qm__opt.max_mappings     ? qm__opt.max_mappings
                    : (size_t)sys > headroom ? (size_t)sys - headroom
                                             : 1;
+    /* the guarded slots keep their share (at most half; none if off) */
+    S.map_budget -= qm__guarded_maps_reserved(S.map_budget);
     /* THP where the kernel offers it (madvise or always) */
     char thp[64];
     if (qm_os_read_file("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp) > 0 &&

@@ -8,6 +8,7 @@
 
 #include "cache.h"
 #include "fmt.h"
+#include "guarded.h"
 #include "init.h"
 #include "meta.h"
 #include "os.h"
@@ -26,6 +27,7 @@ QM_EXPORT void qm_stats(qm_stats_t *s) {
   s->sys_mremap = atomic_load(&qm__os_counts.mremap);
   s->sys_skipped = atomic_load(&qm__os_counts.skipped);
   qm__large_stats(s);
+  qm__guarded_stats(s);
   qm_primary_stats_t p;
   qm__primary_stats(&p);
   size_t cached = qm__cache_held_bytes();
@@ -101,6 +103,11 @@ QM_EXPORT void qm_malloc_stats(void) {
   line(&b, "realloc moved", s.realloc_moved);
   line(&b, "mappings (estimate)", s.mappings_estimate);
   line(&b, "mappings budget", s.mappings_budget);
+  line(&b, "sampled chunks live", s.guarded_live_chunks);
+  line(&b, "sampled chunks quarantined", s.guarded_quarantine_chunks);
+  line(&b, "sampled allocs", s.guarded_allocs);
+  line(&b, "sampled allocs not guarded", s.guarded_skipped);
+  line(&b, "sampled mappings (estimate)", s.guarded_mappings_estimate);
   line(&b, "syscalls mmap", s.sys_mmap);
   line(&b, "syscalls munmap", s.sys_munmap);
   line(&b, "syscalls mprotect", s.sys_mprotect);
