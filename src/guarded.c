@@ -77,7 +77,10 @@ uint32_t qm__sample_next(void) {
 }
 
 bool qm__sample_due(void) {
-  bool due = qm__opt.guard_all || (armed && qm__opt.sample_rate);
+  /* a thread's first malloc comes here to set the countdown: sample it with
+   * the same odds as any other (always, for sample_rate=1), not never */
+  bool due =
+      qm__opt.guard_all || (qm__opt.sample_rate && (armed || qm_rand() % qm__opt.sample_rate == 0));
   armed = true;
   qm__sample_left = qm__sample_next();
   return due;
