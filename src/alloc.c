@@ -85,13 +85,7 @@ static _Noreturn QM_COLD void small_error(const char *op, void *p, uintptr_t chu
   }
   uintptr_t user = chunk + QM_HDR + (w ? qm_hdr_offset(w) : 0);
   if (a != user) {
-    qm_buf_str(&d, "offset ");
-    if (a < user) {
-      qm_buf_str(&d, "-");
-      qm_buf_dec(&d, user - a);
-    } else {
-      qm_buf_dec(&d, a - user);
-    }
+    qm_buf_offset(&d, a, user);
     qm_buf_str(&d, " in small chunk of class ");
     qm_buf_dec(&d, class_user(c));
     qm_buf_str(&d, " bytes at ");

@@ -34,6 +34,11 @@ void qm_buf_dec(qm_buf_t *b, uint64_t v) {
     put(b, t[--i]);
 }
 
+void qm_buf_offset(qm_buf_t *b, uintptr_t a, uintptr_t base) {
+  qm_buf_str(b, a < base ? "offset -" : "offset ");
+  qm_buf_dec(b, a < base ? base - a : a - base);
+}
+
 void qm_buf_hex(qm_buf_t *b, uint64_t v) {
   char t[16];
   int i = 0;

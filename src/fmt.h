@@ -17,6 +17,8 @@ void qm_buf_str(qm_buf_t *b, const char *s);
 void qm_buf_mem(qm_buf_t *b, const char *s, size_t n); /* n bytes, NULs and all */
 void qm_buf_dec(qm_buf_t *b, uint64_t v);
 void qm_buf_hex(qm_buf_t *b, uint64_t v); /* 0x-prefixed */
+/* "offset N" of address a from base, "offset -N" when a lies below it. */
+void qm_buf_offset(qm_buf_t *b, uintptr_t a, uintptr_t base);
 /* Pads with spaces on the left up to width, counted from mark. */
 void qm_buf_pad_from(qm_buf_t *b, size_t mark, size_t width);
 /* Writes the whole buffer to fd, retrying on EINTR and short writes. */

@@ -362,13 +362,7 @@ static _Noreturn QM_COLD void bad_free(const char *op, uintptr_t a, const gclass
   const gslot_t *s = &c->slot[i];
   uintptr_t user = slot_data(c, i) + s->lead;
   if ((s->state == G_LIVE || s->state == G_QUAR) && a != user) {
-    qm_buf_str(&d, "offset ");
-    if (a < user) {
-      qm_buf_str(&d, "-");
-      qm_buf_dec(&d, user - a);
-    } else {
-      qm_buf_dec(&d, a - user);
-    }
+    qm_buf_offset(&d, a, user);
     qm_buf_str(&d, " in ");
     describe_chunk(&d, s, user);
   } else if (s->state == G_QUAR) {
@@ -504,13 +498,7 @@ bool qm__guarded_describe(uintptr_t a, const char **what, qm_buf_t *d) {
       qm_buf_str(d, "freed ");
   } else if (freed) {
     *what = "use-after-free";
-    qm_buf_str(d, "offset ");
-    if (a < user) {
-      qm_buf_str(d, "-");
-      qm_buf_dec(d, user - a);
-    } else {
-      qm_buf_dec(d, a - user);
-    }
+    qm_buf_offset(d, a, user);
     qm_buf_str(d, " in freed ");
   } else if (s->state == G_LIVE) {
     *what = "access";
