@@ -31,10 +31,14 @@ enum { QM_CHUNK_NONE = 0, QM_CHUNK_ALLOC = 1, QM_CHUNK_FREE = 2 };
 
 #define QM_HDR_SUM_MASK ((uint64_t)0xffff)
 
-/* One multiply: a flip of any input bit changes the top 16 bits of the
- * product with probability 1 - 2^-16, and the key makes them unguessable. */
+/* One multiply, by the key itself (made odd): a flip of any input bit
+ * changes the top 16 bits of the product with probability 1 - 2^-16, and
+ * the key makes them unguessable. A multiplier shared by every class would
+ * not do: the top bits of (x ^ k1) * G and (x ^ k2) * G then collide for a
+ * whole run of nearby chunk addresses at once, so a header copied into
+ * another class forged many chunks or none. */
 QM_INLINE uint64_t qm_hdr_sum(uintptr_t chunk, uint64_t w, uint64_t key) {
-  return ((w & ~QM_HDR_SUM_MASK) ^ chunk ^ key) * 0x9e3779b97f4a7c15ull >> 48;
+  return ((w & ~QM_HDR_SUM_MASK) ^ chunk ^ key) * (key | 1) >> 48;
 }
 
 QM_INLINE uint64_t qm_hdr_make(uintptr_t chunk, uint64_t key, unsigned state, uint64_t offset,
