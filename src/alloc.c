@@ -72,7 +72,7 @@ static _Noreturn QM_COLD void small_error(const char *op, void *p, uintptr_t chu
     qm__report_fatal(op, p,
                      "not allocated by qmalloc: space by a guard page of the small-chunk heap");
   uint64_t w = *qm_hdr_at(chunk), g = *qm_guard_at(chunk);
-  if ((w && !qm_hdr_valid(chunk, w, ci->key)) || (w && g != qm_guard(chunk, ci->gkey))) {
+  if ((w && !qm_hdr_valid(chunk, w, ci->key)) || (w && g != ci->gkey)) {
     qm_buf_str(&d, "small chunk of class ");
     qm_buf_dec(&d, class_user(c));
     qm_buf_str(&d, " bytes at ");
@@ -125,8 +125,7 @@ static uintptr_t small_check(const char *op, void *p, uintptr_t off, unsigned *c
     small_error(op, p, ch, c, roff);
   uint64_t w = *qm_hdr_at(ch);
   if (QM_UNLIKELY(qm_hdr_state(w) != QM_CHUNK_ALLOC || !qm_hdr_valid(ch, w, ci->key) ||
-                  *qm_guard_at(ch) != qm_guard(ch, ci->gkey) ||
-                  a != ch + QM_HDR + qm_hdr_offset(w) ||
+                  *qm_guard_at(ch) != ci->gkey || a != ch + QM_HDR + qm_hdr_offset(w) ||
                   qm_hdr_size(w) > class_user(c) - qm_hdr_offset(w) ||
                   !canary_ok(a + qm_hdr_size(w), ci->gkey)))
     small_error(op, p, ch, c, roff);
@@ -186,7 +185,7 @@ static void *hand_out(uintptr_t ch, unsigned c, size_t n, size_t align) {
     bad_pop(ch, c);
   uint64_t w = *qm_hdr_at(ch);
   if (QM_UNLIKELY(qm_hdr_state(w) != QM_CHUNK_FREE || !qm_hdr_valid(ch, w, ci->key) ||
-                  *qm_guard_at(ch) != qm_guard(ch, ci->gkey)))
+                  *qm_guard_at(ch) != ci->gkey))
     bad_pop(ch, c);
   if (qm__cache_checked && qm__opt.zero_on_free)
     check_zero(ch, c);
@@ -288,7 +287,7 @@ static QM_COLD void check_neighbours(uintptr_t ch, unsigned c) {
     if (n < base || n + QM_HDR > top || qm_slot_dead(n - base, ci->size))
       continue;
     uint64_t w = *qm_hdr_at(n), g = *qm_guard_at(n);
-    if (!w || (qm_hdr_valid(n, w, ci->key) && g == qm_guard(n, ci->gkey)))
+    if (!w || (qm_hdr_valid(n, w, ci->key) && g == ci->gkey))
       continue;
     qm_buf_t d;
     d.n = 0;
@@ -386,8 +385,8 @@ QM_EXPORT void qm_free(void *p) {
        * by the class for the load to stay inside the chunk's slot) */
       if (QM_LIKELY(qm_chunk_index(h, c) * ci->size == h &&
                     ((w >> 16) & 0xffff) == QM_CHUNK_ALLOC && qm_hdr_valid(ch, w, ci->key) &&
-                    g == qm_guard(ch, ci->gkey) && n <= ci->size - QM_HDR &&
-                    canary_ok(a + n, ci->gkey) && small_release(ch, c, w)))
+                    g == ci->gkey && n <= ci->size - QM_HDR && canary_ok(a + n, ci->gkey) &&
+                    small_release(ch, c, w)))
         return;
     }
     small_free_general(p, off); /* over-aligned chunks, and every error */

@@ -11,12 +11,16 @@
  * FREE header.
  *
  * The guard word and the canary are one keyed byte pattern laid over the
- * region: the word at every 8-aligned address A reads guard(A). A chunk's
- * guard word holds it, and so do the 8 bytes after its requested ones
- * (written at malloc): a 1- to 8-byte overflow changes them whether they lie
- * in the chunk's slack or, for a chunk with less than 8 bytes of room, reach
- * the next chunk's guard word, which holds the same pattern. Position alone
- * decides the pattern, so both checks are one load and one compare.
+ * region, periodic in 8: the byte at address A is byte A mod 8 of the
+ * region's guard key, so every 8-aligned word reads the key itself. A
+ * chunk's guard word holds it, and so do the 8 bytes after its requested
+ * ones (written at malloc): a 1- to 8-byte overflow changes them whether
+ * they lie in the chunk's slack or, for a chunk with less than 8 bytes of
+ * room, reach the next chunk's guard word, which holds the same pattern.
+ * Position alone decides the pattern (a rotation of the key), so both checks
+ * are one load and one compare. The key differs per class region; binding it
+ * to the address as well would add nothing against a leak, since one leaked
+ * word and its address give the key either way.
  */
 #ifndef QM_CHUNK_H
 #define QM_CHUNK_H
@@ -59,18 +63,17 @@ QM_INLINE uint64_t qm_hdr_restate(uintptr_t chunk, uint64_t key, uint64_t w, uns
   return v | qm_hdr_sum(chunk, v, key);
 }
 
-/* The pattern word at 8-aligned address a: every byte has its top bit set,
- * so an overflow by any ASCII byte (the NUL of an off-by-one string copy
- * included) always changes it; other bytes match with odds of 1 in 128. */
-QM_INLINE uint64_t qm_guard(uintptr_t a, uint64_t gkey) {
-  return (a ^ gkey) | 0x8080808080808080ull;
-}
-/* The 8 pattern bytes starting at any address x. */
+/* The 8 pattern bytes starting at any address x (little-endian: the byte
+ * at x + i is byte (x + i) mod 8 of the key). Every byte of the key has its
+ * top bit set (see qm_guard_key), so an overflow by any ASCII byte (the NUL
+ * of an off-by-one string copy included) always changes it; other bytes
+ * match with odds of 1 in 128. */
 QM_INLINE uint64_t qm_pattern8(uintptr_t x, uint64_t gkey) {
-  uintptr_t w = x & ~(uintptr_t)7;
   unsigned k = (unsigned)(x & 7) * 8;
-  return (qm_guard(w, gkey) >> k) | ((qm_guard(w + 8, gkey) << 1) << (63 - k));
+  return (gkey >> k) | (gkey << ((64 - k) & 63));
 }
+/* A region's guard key from random bits: the top bit of every byte set. */
+QM_INLINE uint64_t qm_guard_key(uint64_t bits) { return bits | 0x8080808080808080ull; }
 
 QM_INLINE uint64_t *qm_hdr_at(uintptr_t chunk) { return (uint64_t *)(chunk + 8); }
 QM_INLINE uint64_t *qm_guard_at(uintptr_t chunk) { return (uint64_t *)chunk; }

@@ -82,7 +82,7 @@ int qm__primary_init(uint64_t secret) {
   qm__class_tab[0] = QM_ZCLASS;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     qm__class[c].key = mix(secret ^ ((uint64_t)c << 1));
-    qm__class[c].gkey = mix(secret ^ ((uint64_t)c << 1 | 1));
+    qm__class[c].gkey = qm_guard_key(mix(secret ^ ((uint64_t)c << 1 | 1)));
     qm_lock_reinit(&central[c].lock); /* before any thread can use it */
     size_t size = user_size_of(c) + QM_HDR;
     QM_CHECK_OP(qm_class_of_calc(user_size_of(c)), ==, c);
@@ -196,13 +196,13 @@ static void arm(unsigned c, uintptr_t *out, unsigned n, size_t carved) {
     if (roff >= carved || qm_chunk_index(roff, c) * size != roff || qm_slot_dead(roff, size))
       qm__report_bad_entry(size - QM_HDR, ch, "not a chunk of its class");
     uint64_t w = *qm_hdr_at(ch);
-    if (w && (qm_hdr_state(w) != QM_CHUNK_FREE || !qm_hdr_valid(ch, w, key) ||
-              *qm_guard_at(ch) != qm_guard(ch, gkey)))
+    if (w &&
+        (qm_hdr_state(w) != QM_CHUNK_FREE || !qm_hdr_valid(ch, w, key) || *qm_guard_at(ch) != gkey))
       qm__report_bad_entry(size - QM_HDR, ch,
                            qm_hdr_valid(ch, w, key) && qm_hdr_state(w) == QM_CHUNK_ALLOC
                                ? "chunk in use"
                                : "bad header");
-    *qm_guard_at(ch) = qm_guard(ch, gkey);
+    *qm_guard_at(ch) = gkey;
     *qm_hdr_at(ch) = qm_hdr_make(ch, key, QM_CHUNK_FREE, 0, w ? qm_hdr_size(w) : 0);
   }
 }
