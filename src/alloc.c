@@ -153,27 +153,44 @@ static _Noreturn QM_COLD void bad_pop(uintptr_t ch, unsigned c) {
   qm__report_fatal_buf("corrupted chunk header of", (void *)(ch + QM_HDR), &d);
 }
 
+/* A chunk zeroed at free with a byte set at or after user offset at. */
+static _Noreturn QM_COLD void zero_error(uintptr_t ch, unsigned c, size_t at) {
+  const unsigned char *q = (const unsigned char *)(ch + QM_HDR);
+  while (!q[at])
+    at++;
+  qm_buf_t d;
+  d.n = 0;
+  qm_buf_str(&d, "class ");
+  qm_buf_dec(&d, class_user(c));
+  qm_buf_str(&d, " bytes, byte at offset ");
+  qm_buf_dec(&d, at);
+  qm_buf_str(&d, " is ");
+  qm_buf_hex(&d, ((const unsigned char *)q)[at]);
+  qm_buf_str(&d, ", written while the chunk was free");
+  qm__report_fatal_buf("write after free of small chunk", (void *)(ch + QM_HDR), &d);
+}
+
 /* Checked mode: a chunk zeroed at free must still be zero. */
 static void check_zero(uintptr_t ch, unsigned c) {
-  const uint64_t *q = (const uint64_t *)(ch + QM_HDR);
-  size_t words = class_user(c) / 8;
-  for (size_t i = 0; i < words; i++) {
-    if (QM_LIKELY(!q[i]))
-      continue;
-    size_t at = i * 8;
-    while (!((const unsigned char *)q)[at])
-      at++;
-    qm_buf_t d;
-    d.n = 0;
-    qm_buf_str(&d, "class ");
-    qm_buf_dec(&d, class_user(c));
-    qm_buf_str(&d, " bytes, byte at offset ");
-    qm_buf_dec(&d, at);
-    qm_buf_str(&d, " is ");
-    qm_buf_hex(&d, ((const unsigned char *)q)[at]);
-    qm_buf_str(&d, ", written while the chunk was free");
-    qm__report_fatal_buf("write after free of small chunk", (void *)(ch + QM_HDR), &d);
+  /* 64 bytes per step, ORed in 16-byte vectors (SSE2 on x86-64, NEON on
+   * arm64): a word at a time cost 4 instructions per 8 bytes, the largest
+   * cost of hardening=max in small churn. User bytes start 16-aligned and
+   * every class size is a multiple of 16. */
+  typedef uint64_t v2 __attribute__((vector_size(16), may_alias));
+  const v2 *v = (const v2 *)(ch + QM_HDR);
+  size_t nv = class_user(c) / 16, i = 0;
+  for (; i + 4 <= nv; i += 4) {
+    v2 x = v[i] | v[i + 1] | v[i + 2] | v[i + 3];
+    if (QM_UNLIKELY(x[0] | x[1]))
+      break;
   }
+  for (; i < nv; i++) {
+    v2 x = v[i];
+    if (x[0] | x[1])
+      break;
+  }
+  if (QM_UNLIKELY(i < nv))
+    zero_error(ch, c, i * 16);
 }
 
 /* Hands out chunk ch of class c, just taken from a cache or central list,
