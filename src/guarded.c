@@ -239,7 +239,10 @@ void *qm__guarded_alloc(size_t n, size_t align) {
   if (n > ((size_t)1 << 30) || a > ((size_t)1 << 30))
     return NULL;
   size_t pg = qm__page;
-  size_t need = n + (a > pg ? a - pg : ((~n + 1) & (a - 1)));
+  /* the bytes from the aligned pointer to the slot's end: the slot ends on a
+   * page boundary, so with a page or less exactly what n's misalignment
+   * adds, and with more up to a - 1 */
+  size_t need = n + (a > pg ? a - 1 : ((~n + 1) & (a - 1)));
   size_t pages = need ? qm_pages(need) : 1;
   unsigned k = 0;
   while (k < NGC && ((size_t)1 << k) < pages)
