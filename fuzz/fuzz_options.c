@@ -13,7 +13,7 @@
 #include "options.h"
 #include "ro.h"
 
-enum { K_BOOL, K_UINT, K_ENUM };
+enum { K_BOOL, K_UINT, K_ENUM, K_STR };
 
 typedef struct ref_opt {
   const char *name;
@@ -60,6 +60,10 @@ static int ref_value(const ref_opt_t *d, const char *v, size_t n, uint64_t *out)
     }
     return 0;
   }
+  /* a string (log_path) of at most max bytes; a parse into any struct but
+   * the live options keeps only its length */
+  if (d->kind == K_STR)
+    return n <= d->max ? (*out = n, 1) : 0;
   /* decimal digits only, at most 19 (no overflow of 64 bits), in range */
   if (n == 0 || n > 19)
     return 0;
@@ -155,6 +159,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   qm_options_t global = qm__opt;
+  qm_option_strings_t global_str = qm__opt_str;
   /* twice: from the defaults, then over the result (a value kept after a
    * warning is printed from what the first pass left) */
   qm_options_t o = defaults, r = defaults;
@@ -172,5 +177,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (memcmp(&global, &qm__opt, sizeof global))
     fail("the parser wrote qm__opt, not the struct it was given", NREF, 0, 0);
+  if (memcmp(&global_str, &qm__opt_str, sizeof global_str))
+    fail("the parser wrote qm__opt_str, not the struct it was given", NREF, 0, 0);
   return 0;
 }

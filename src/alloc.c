@@ -546,7 +546,8 @@ void qm__free_checked(const char *call, void *p, size_t align, size_t size, bool
   held_t h = held_of("invalid free of", p);
   if ((size != SIZE_MAX && !size_names(h.size, size, align, cxx)) ||
       (align > 1 && ((uintptr_t)p & (align - 1))))
-    qm__report_size_mismatch(call, p, size, align > 1 ? align : 0, h.kind, h.size);
+    qm__report_size_mismatch(call, p, size, align > 1 ? align : 0, h.kind, h.size,
+                             h.kind[0] == 'l' ? qm__large_report_stacks : NULL);
   qm_free(p);
 }
 

@@ -30,6 +30,7 @@
 #include "report.h"
 #include "ro.h"
 #include "secondary.h"
+#include "stack.h"
 #include "zero.h"
 
 int qm__init_done;
@@ -151,6 +152,7 @@ void qm__init_slow(void) {
   initializing = false;
   /* these may allocate: done after init is visible, so they recurse safely */
   qm__cache_init();
+  qm__unwind_init();
   qm__fault_report_init();
   pthread_atfork(fork_prepare, fork_parent, fork_child);
   if (qm__opt.verbose) {
@@ -163,7 +165,7 @@ void qm__init_slow(void) {
     qm_buf_str(&b, ": ");
     qm_buf_str(&b, r->reason);
     qm_buf_str(&b, "\n");
-    qm_buf_flush(&b, 2);
+    qm__report_out(&b);
   }
 }
 

@@ -12,10 +12,15 @@
 #include "os.h"
 #include "report.h"
 
-enum { KIND_BOOL, KIND_UINT, KIND_ENUM };
+enum { KIND_BOOL, KIND_UINT, KIND_ENUM, KIND_STR };
 #define KIND_OF_BOOL KIND_BOOL
 #define KIND_OF_UINT KIND_UINT
 #define KIND_OF_ENUM KIND_ENUM
+#define KIND_OF_STR KIND_STR
+#define STR_OFFSET_BOOL(name) 0
+#define STR_OFFSET_UINT(name) 0
+#define STR_OFFSET_ENUM(name) 0
+#define STR_OFFSET_STR(name) offsetof(qm_option_strings_t, name)
 
 typedef struct opt_desc {
   const char *name;
@@ -23,12 +28,20 @@ typedef struct opt_desc {
   uint64_t def, min, max;
   const char *choices;
   const char *doc;
-  size_t offset;
+  size_t offset, str_offset;
 } opt_desc_t;
 
 static const opt_desc_t table[] = {
 #define QM_OPT(name, kind, def, min, max, choices, doc)                                            \
-  {#name, KIND_OF_##kind, def, min, max, choices, doc, offsetof(qm_options_t, name)},
+  {#name,                                                                                          \
+   KIND_OF_##kind,                                                                                 \
+   def,                                                                                            \
+   min,                                                                                            \
+   max,                                                                                            \
+   choices,                                                                                        \
+   doc,                                                                                            \
+   offsetof(qm_options_t, name),                                                                   \
+   STR_OFFSET_##kind(name)},
 #include "options.def"
 #undef QM_OPT
 };
@@ -37,10 +50,18 @@ static const opt_desc_t table[] = {
 static uint64_t *slot(qm_options_t *o, const opt_desc_t *d) {
   return (uint64_t *)((char *)o + d->offset);
 }
+/* The bytes of a STR option; only the live options have them (a parse into
+ * another qm_options_t, the fuzzer's, keeps just the length in the slot). */
+static char *str_slot(const qm_options_t *o, const opt_desc_t *d) {
+  return o == &qm__opt ? (char *)&qm__opt_str + d->str_offset : NULL;
+}
 
 void qm__options_reset(void) {
-  for (size_t i = 0; i < NOPTS; i++)
+  for (size_t i = 0; i < NOPTS; i++) {
     *slot(&qm__opt, &table[i]) = table[i].def;
+    if (table[i].kind == KIND_STR)
+      str_slot(&qm__opt, &table[i])[0] = 0;
+  }
 }
 
 /* Appends choice number idx of "a|b|c" to b. */
@@ -64,9 +85,11 @@ static void put_n(qm_buf_t *b, const char *s, size_t n) {
     qm_buf_str(b, "...");
 }
 
-static void put_value(qm_buf_t *b, const opt_desc_t *d, uint64_t v) {
+static void put_value(qm_buf_t *b, const qm_options_t *o, const opt_desc_t *d, uint64_t v) {
   if (d->kind == KIND_ENUM)
     put_choice(b, d->choices, v);
+  else if (d->kind == KIND_STR)
+    qm_buf_str(b, str_slot(o, d) ? str_slot(o, d) : "");
   else
     qm_buf_dec(b, v);
 }
@@ -97,6 +120,8 @@ static bool parse_value(const opt_desc_t *d, const char *s, size_t n, uint64_t *
     }
     return false;
   }
+  if (d->kind == KIND_STR)
+    return n <= d->max ? (*out = n, true) : false;
   if (!n || n > 19)
     return false;
   uint64_t v = 0;
@@ -143,6 +168,10 @@ static int apply_one(qm_options_t *o, const char *source, const char *s, size_t 
     uint64_t v;
     if (parse_value(d, val, vlen, &v)) {
       *slot(o, d) = v;
+      if (d->kind == KIND_STR && str_slot(o, d)) {
+        memcpy(str_slot(o, d), val, vlen);
+        str_slot(o, d)[vlen] = 0;
+      }
       return 0;
     }
     warn_prefix(&b, source);
@@ -153,6 +182,10 @@ static int apply_one(qm_options_t *o, const char *source, const char *s, size_t 
     } else if (d->kind == KIND_ENUM) {
       qm_buf_str(&b, "' takes one of ");
       qm_buf_str(&b, d->choices);
+    } else if (d->kind == KIND_STR) {
+      qm_buf_str(&b, "' takes at most ");
+      qm_buf_dec(&b, d->max);
+      qm_buf_str(&b, " bytes");
     } else {
       qm_buf_str(&b, "' takes an integer in [");
       qm_buf_dec(&b, d->min);
@@ -163,7 +196,7 @@ static int apply_one(qm_options_t *o, const char *source, const char *s, size_t 
     qm_buf_str(&b, ", not '");
     put_n(&b, val, vlen);
     qm_buf_str(&b, "'; keeping ");
-    put_value(&b, d, *slot(o, d));
+    put_value(&b, o, d, *slot(o, d));
     warn(source, &b);
     return 1;
   }
@@ -260,12 +293,12 @@ void qm__options_print(void) {
     size_t mark = b.n;
     qm_buf_str(&b, d->name);
     qm_buf_str(&b, "=");
-    put_value(&b, d, *slot(&qm__opt, d));
+    put_value(&b, &qm__opt, d, *slot(&qm__opt, d));
     while (b.n - mark < 34)
       qm_buf_str(&b, " ");
     qm_buf_str(&b, " ");
     qm_buf_str(&b, d->doc);
     qm_buf_str(&b, "\n");
-    qm_buf_flush(&b, 2);
+    qm__report_out(&b);
   }
 }

@@ -17,6 +17,20 @@ typedef struct qm_options {
 
 extern qm_options_t qm__opt;
 
+/* The bytes of the STR options, NUL-terminated; read-only after init too. */
+#define QM_STR_FIELD_BOOL(name)
+#define QM_STR_FIELD_UINT(name)
+#define QM_STR_FIELD_ENUM(name)
+#define QM_STR_FIELD_STR(name) char name[256];
+typedef struct qm_option_strings {
+#define QM_OPT(name, kind, def, min, max, choices, doc) QM_STR_FIELD_##kind(name)
+#include "options.def"
+#undef QM_OPT
+  char unused_; /* a struct may not be empty */
+} qm_option_strings_t;
+
+extern qm_option_strings_t qm__opt_str;
+
 enum { QM_PROBE_AUTO, QM_PROBE_FAST, QM_PROBE_SLOW };
 enum {
   QM_STRAT_AUTO,

@@ -1,14 +1,73 @@
 /* report.c: formats and writes every fatal error and warning. Fatal reports
  * end in abort() so that a core dump and the SIGABRT reach whoever watches
- * the process; a second fatal error while reporting aborts at once.
+ * the process; a second fatal error while reporting aborts at once. The log
+ * file is opened at the first line written, by the process writing it.
  */
 #include "report.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "options.h"
+
 static atomic_int reporting;
+
+/* The log file of option log_path, PATH.<pid>: opened late rather than at
+ * start-up, so that a daemon that closes every descriptor as it starts does
+ * not close it, and a fork child writes its own file. The descriptor is
+ * trusted only while it is still the file opened (a program may have closed
+ * it and got the number back for a file of its own). */
+static struct {
+  int fd, pid;
+  dev_t dev;
+  ino_t ino;
+} lg = {.fd = -1};
+
+static int log_fd(void) {
+  if (!qm__opt_str.log_path[0])
+    return -1;
+  int pid = (int)getpid();
+  struct stat st;
+  if (lg.fd >= 0 && lg.pid == pid && !fstat(lg.fd, &st) && st.st_dev == lg.dev &&
+      st.st_ino == lg.ino)
+    return lg.fd;
+  qm_buf_t path;
+  path.n = 0;
+  qm_buf_str(&path, qm__opt_str.log_path);
+  qm_buf_str(&path, ".");
+  qm_buf_dec(&path, (uint64_t)pid);
+  if (path.n >= sizeof path.s)
+    return -1;
+  path.s[path.n] = 0;
+  int saved = errno;
+  int fd = open(path.s, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644);
+  if (fd >= 0 && fstat(fd, &st)) {
+    close(fd);
+    fd = -1;
+  }
+  errno = saved;
+  if (fd < 0)
+    return -1;
+  lg.fd = fd;
+  lg.pid = pid;
+  lg.dev = st.st_dev;
+  lg.ino = st.st_ino;
+  return fd;
+}
+
+void qm__report_out(qm_buf_t *b) {
+  int fd = log_fd();
+  if (fd >= 0) {
+    size_t n = b->n;
+    qm_buf_flush(b, fd);
+    b->n = n;
+  }
+  qm_buf_flush(b, STDERR_FILENO);
+}
 
 static void emit_error(const char *what, const void *ptr, const char *details, size_t dlen) {
   qm_buf_t b;
@@ -25,10 +84,24 @@ static void emit_error(const char *what, const void *ptr, const char *details, s
     qm_buf_str(&b, ")");
   }
   qm_buf_str(&b, "\n");
-  qm_buf_flush(&b, STDERR_FILENO);
+  qm__report_out(&b);
 }
 
 static _Noreturn void die(void) { abort(); }
+
+void qm__report_line(const char *what, const void *ptr, const char *details, size_t dlen) {
+  emit_error(what, ptr, details, dlen);
+}
+
+_Noreturn void qm__report_fatal_tail(const char *what, const void *ptr, qm_buf_t *details,
+                                     qm_report_tail_t tail) {
+  if (atomic_exchange(&reporting, 1))
+    die();
+  emit_error(what, ptr, details->s, details->n);
+  if (tail)
+    tail(ptr);
+  die();
+}
 
 _Noreturn void qm__report_fatal(const char *what, const void *ptr, const char *details) {
   if (atomic_exchange(&reporting, 1))
@@ -88,11 +161,12 @@ void qm__warn_buf(qm_buf_t *line) {
   qm_buf_str(&b, "qmalloc: WARNING: ");
   qm_buf_mem(&b, line->s, line->n);
   qm_buf_str(&b, "\n");
-  qm_buf_flush(&b, STDERR_FILENO);
+  qm__report_out(&b);
 }
 
 _Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, size_t passed,
-                                        size_t align, const char *kind, size_t held) {
+                                        size_t align, const char *kind, size_t held,
+                                        qm_report_tail_t tail) {
   qm_buf_t d, w;
   d.n = w.n = 0;
   qm_buf_str(&d, "passed ");
@@ -112,7 +186,7 @@ _Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, size_
   qm_buf_str(&w, call);
   qm_buf_str(&w, " of");
   w.s[w.n < sizeof w.s ? w.n : sizeof w.s - 1] = 0;
-  qm__report_fatal_buf(w.s, ptr, &d);
+  qm__report_fatal_tail(w.s, ptr, &d, tail);
 }
 
 _Noreturn void qm__report_bad_entry(size_t class_bytes, uintptr_t entry, const char *why) {

@@ -1,7 +1,9 @@
 /* report.h: the one fatal path and the one warning path. Every error qmalloc
  * detects ends in qm__report_fatal(): one line on stderr in the format
  *   qmalloc: ERROR: <what> 0x<ptr> (<details>)
- * written with write(2), then abort(). Nothing here allocates.
+ * written with write(2), then abort(). A report about a large chunk goes on
+ * with its stacks (a tail the caller prints). Everything qmalloc prints also
+ * goes to the log file when option log_path names one. Nothing allocates.
  */
 #ifndef QM_REPORT_H
 #define QM_REPORT_H
@@ -15,6 +17,18 @@ _Noreturn void qm__report_fatal(const char *what, const void *ptr, const char *d
 /* The same, with details taken from a buffer the caller filled. */
 _Noreturn void qm__report_fatal_buf(const char *what, const void *ptr, qm_buf_t *details) QM_COLD;
 
+/* More lines of a report after its first one: tail(ptr) prints them with
+ * qm__report_out(), lock-free (it may run in a signal handler). */
+typedef void (*qm_report_tail_t)(const void *ptr);
+_Noreturn void qm__report_fatal_tail(const char *what, const void *ptr, qm_buf_t *details,
+                                     qm_report_tail_t tail) QM_COLD;
+/* The first line of a report that does not abort (the SIGSEGV explanation:
+ * the process dies of the signal afterwards). */
+void qm__report_line(const char *what, const void *ptr, const char *details, size_t dlen) QM_COLD;
+
+/* Writes b to stderr and the log file, then empties it. */
+void qm__report_out(qm_buf_t *b);
+
 /* A syscall failed with an errno qmalloc cannot handle (anything but
  * ENOMEM where the caller can degrade): a bug or a hostile environment. */
 _Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t len,
@@ -24,7 +38,8 @@ _Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t 
  * "small" or "large", holding `held` requested bytes) was not allocated
  * with; passed SIZE_MAX and align 0 when none was passed. */
 _Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, size_t passed,
-                                        size_t align, const char *kind, size_t held) QM_COLD;
+                                        size_t align, const char *kind, size_t held,
+                                        qm_report_tail_t tail) QM_COLD;
 
 /* An entry of a small-chunk free list (of the class of class_bytes) that is
  * not a free chunk of that class: "corrupted free list". */

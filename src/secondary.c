@@ -27,6 +27,7 @@
 #include "probe.h"
 #include "qm.h"
 #include "report.h"
+#include "stack.h"
 #include "strategy.h"
 
 #define NIL UINT32_MAX
@@ -85,6 +86,11 @@ static struct {
   uint64_t allocs, reuses, fresh, unmaps, drops, avoided, in_place, moved;
   bool no_dontunmap;
   size_t thp_size; /* PMD size where transparent huge pages can be had, else 0 */
+  /* the stack table: per record, frames allocating then frames freeing */
+  uintptr_t *stk[MAX_RECORDS / ((size_t)1 << 13)];
+  unsigned frames;      /* option stack_frames */
+  size_t stk_committed; /* records whose entries are mapped */
+  size_t maps_peak;
 } S = {.lock = QM_LOCK_INIT, .init_lock = QM_LOCK_INIT};
 
 /* Page classes, four per doubling: bins of quarantined chunks by capacity,
@@ -153,6 +159,90 @@ static bool blk_reserve(void) {
   return false;
 }
 
+/* ---- the stack table, beside the records and grown with them (under
+ * S.lock): segments of STK_SEG records' entries, each mapped when the
+ * records reach it and never moved (the SIGSEGV report reads them without
+ * the lock), so its address space grows with use; records whose segment
+ * could not be mapped simply carry no stacks ---- */
+
+#define STK_SEG ((size_t)1 << 13) /* 2.25 MiB at 16 frames */
+
+/* One record's entry: who allocated and freed its chunk, and when it was
+ * freed, then S.frames allocating frames and S.frames freeing ones. Kept
+ * here and not in block_t, so that the records' reservation (1 Mi of them)
+ * does not grow with stacks, and stack_frames=0 costs no address space. */
+typedef struct stk {
+  uint64_t free_seq, free_ms; /* large frees counted, and the clock, when freed */
+  uint32_t alloc_tid, free_tid;
+  uint8_t nalloc, nfree;
+} stk_t;
+
+static size_t stk_entry_bytes(void) {
+  return (sizeof(stk_t) + 7) / 8 * 8 + S.frames * 2 * sizeof(uintptr_t);
+}
+
+static size_t stk_seg_bytes(void) { return qm_page_up(STK_SEG * stk_entry_bytes()); }
+
+static void stk_grow(void) {
+  while (S.frames && S.stk_committed < S.blk_committed) {
+    size_t seg = S.stk_committed / STK_SEG;
+    if (seg >= sizeof S.stk / sizeof S.stk[0])
+      return;
+    void *p;
+    if (qm_os_map_guarded(stk_seg_bytes(), QM_PROT_RW, &p))
+      return; /* tried again when the records grow */
+    S.stk[seg] = p;
+    S.stk_committed = (seg + 1) * STK_SEG;
+  }
+}
+
+/* Record i's entry; NULL without one. */
+static stk_t *stk_at(uint32_t i) {
+  if (!S.frames || i >= S.stk_committed)
+    return NULL;
+  return (stk_t *)((char *)S.stk[i / STK_SEG] + (i % STK_SEG) * stk_entry_bytes());
+}
+
+/* Its frames: the allocating ones, then (at S.frames) the freeing ones. */
+static uintptr_t *stk_pcs(stk_t *e) {
+  return (uintptr_t *)((char *)e + (sizeof(stk_t) + 7) / 8 * 8);
+}
+
+/* A stack captured on the way in, before any lock (unwinding takes none of
+ * qmalloc's, but may take the loader's). */
+typedef struct trace {
+  uintptr_t pc[QM_STACK_MAX];
+  unsigned n;
+  uint32_t tid;
+} trace_t;
+
+static void trace_capture(trace_t *t) {
+  t->n = S.frames ? qm__stack_capture(t->pc, S.frames) : 0;
+  t->tid = S.frames ? qm__thread_id() : 0;
+}
+
+/* Records t as chunk i's allocating stack (the chunk is the caller's). */
+static void note_alloc(uint32_t i, const trace_t *t) {
+  stk_t *e = stk_at(i);
+  if (!e)
+    return;
+  e->nalloc = (uint8_t)t->n;
+  e->alloc_tid = t->tid;
+  memcpy(stk_pcs(e), t->pc, t->n * sizeof(uintptr_t));
+}
+
+/* And as its freeing stack, at S.frees counted (under S.lock). */
+static void note_free(uint32_t i, const trace_t *t) {
+  stk_t *e = stk_at(i);
+  if (!e)
+    return;
+  e->nfree = (uint8_t)t->n;
+  e->free_tid = t->tid;
+  e->free_seq = S.frees;
+  e->free_ms = qm__clock_ms();
+  memcpy(stk_pcs(e) + S.frames, t->pc, t->n * sizeof(uintptr_t));
+}
+
 static uint32_t rec_alloc(void) {
   if (!S.blk && !blk_reserve())
     return NIL;
@@ -170,6 +260,7 @@ static uint32_t rec_alloc(void) {
     if (qm_os_protect((char *)S.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
       return NIL;
     S.blk_committed = to / sizeof(block_t);
+    stk_grow();
   }
   return (uint32_t)S.nblk++;
 }
@@ -253,6 +344,8 @@ static void set_vmas(block_t *b, bool live) {
   unsigned v = qm__range_vmas(S.strategy, live);
   S.maps = S.maps - b->vmas + v;
   b->vmas = (uint8_t)v;
+  if (S.maps > S.maps_peak)
+    S.maps_peak = S.maps;
 }
 
 /* A bin holds aged chunks by what serves a request best: hot[] by resident
@@ -677,6 +770,7 @@ static void ensure_ready(void) {
     S.strategy = r->strategy;
     S.fast = r->fast_dirty == 1;
     S.qhead = S.qtail = S.age = S.free_rec = NIL;
+    S.frames = (unsigned)qm__opt.stack_frames;
     for (unsigned c = 0; c < NBINS; c++)
       S.hot[c] = S.cold[c] = NIL;
     blk_reserve();
@@ -710,8 +804,9 @@ static void *fail_enomem(void) {
 
 /* Records a BUSY chunk as handed to the caller (under S.lock). Returns how
  * many of its first bytes may be non-zero: calloc must clear those. */
-static size_t hand_out_locked(uint32_t i, size_t size, size_t need, bool reused) {
+static size_t hand_out_locked(uint32_t i, size_t size, size_t need, bool reused, const trace_t *t) {
   block_t *b = B(i);
+  note_alloc(i, t);
   size_t nonzero = b->dirty << qm__page_shift;
   if (reused && S.strategy == QM_STRATEGY_PROTECT && S.fast)
     S.avoided += b->dirty < need ? b->dirty : need;
@@ -734,9 +829,10 @@ static size_t hand_out_locked(uint32_t i, size_t size, size_t need, bool reused)
 /* The same, taking the lock, and zeroing what may be non-zero if asked; a
  * reused chunk may bring resident pages past the request, which count
  * against the budget. */
-static void *hand_out(uint32_t i, size_t size, size_t need, bool zero, bool reused) {
+static void *hand_out(uint32_t i, size_t size, size_t need, bool zero, bool reused,
+                      const trace_t *t) {
   qm_lock(&S.lock);
-  size_t nonzero = hand_out_locked(i, size, need, reused);
+  size_t nonzero = hand_out_locked(i, size, need, reused, t);
   bool over = q_over();
   qm_unlock(&S.lock);
   if (over)
@@ -746,7 +842,8 @@ static void *hand_out(uint32_t i, size_t size, size_t need, bool zero, bool reus
   return (void *)B(i)->usable;
 }
 
-static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreuse) {
+static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreuse,
+                   const trace_t *t) {
   size_t cap = noreuse ? need : pclass_pages(pclass(need));
   if (cap < need) /* past the last class */
     cap = need;
@@ -789,7 +886,7 @@ static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreu
   S.mapped_bytes += r.span;
   S.fresh++;
   qm_unlock(&S.lock);
-  return hand_out(i, size, need, zero, false);
+  return hand_out(i, size, need, zero, false, t);
 }
 
 /* Unmaps a BUSY chunk whose protection could not be changed, and forgets
@@ -809,6 +906,8 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
   if (size > QM_MAX_REQUEST || align > QM_MAX_REQUEST)
     return fail_enomem();
   ensure_ready();
+  trace_t t;
+  trace_capture(&t);
   size_t need = qm_pages(size ? size : 1);
   if (align < qm__page)
     align = qm__page;
@@ -821,7 +920,7 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       q_unlink(i);
       B(i)->state = B_BUSY;
       if (need <= B(i)->rw) { /* open already (strategy none): no syscall */
-        size_t nonzero = hand_out_locked(i, size, need, true);
+        size_t nonzero = hand_out_locked(i, size, need, true, &t);
         bool over = q_over();
         qm_unlock(&S.lock);
         if (over)
@@ -841,12 +940,12 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       if (!err) {
         if (b->rw < need)
           b->rw = need;
-        return hand_out(i, size, need, zero, true);
+        return hand_out(i, size, need, zero, true, &t);
       }
       discard_block(i);
     }
   }
-  return fresh(size, need, align, zero, noreuse);
+  return fresh(size, need, align, zero, noreuse, &t);
 }
 
 /* ---- free ---- */
@@ -867,8 +966,8 @@ static _Noreturn void report_bad_pointer(const char *what, void *p) {
      * pointer again is still a double free */
     if (!strcmp(kind, "use-after-free") && !strcmp(what, "invalid free of") && d.n > 9 &&
         !memcmp(d.s, "offset 0 ", 9))
-      qm__report_fatal_buf("double free of", p, &d);
-    qm__report_fatal_buf(what, p, &d);
+      qm__report_fatal_tail("double free of", p, &d, qm__large_report_stacks);
+    qm__report_fatal_tail(what, p, &d, qm__large_report_stacks);
   }
   qm__report_fatal(what, p, "not allocated by qmalloc");
 }
@@ -889,7 +988,7 @@ static uint32_t find_live_locked(void *p, const char *what) {
     d.n = 0;
     bool is_free = !strcmp(what, "invalid free of");
     describe_block(&d, &copy, is_free ? "" : "freed ");
-    qm__report_fatal_buf(is_free ? "double free of" : what, p, &d);
+    qm__report_fatal_tail(is_free ? "double free of" : what, p, &d, qm__large_report_stacks);
   }
   return i;
 }
@@ -946,12 +1045,15 @@ static void retire_block(uint32_t i, bool unmap_now) {
 void qm__large_free(void *p) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
     qm__report_fatal("invalid free of", p, "not allocated by qmalloc");
+  trace_t t;
+  trace_capture(&t);
   uint32_t i = find_live_locked(p, "invalid free of");
   block_t *b = B(i);
   b->state = B_BUSY;
   b->flags |= F_FREED;
   S.ltail -= tail_pages(b);
   S.frees++;
+  note_free(i, &t);
   S.freed_bytes += b->size;
   S.live--;
   S.live_bytes -= b->size;
@@ -991,7 +1093,7 @@ size_t qm__large_size(void *p, const char *op) {
  * larger reservation with mremap(MREMAP_DONTUNMAP), so nothing refaults, and
  * the old range stays mapped (empty) to be quarantined like any freed chunk,
  * so the stale pointer faults. Returns the new chunk, or NULL to copy. */
-static void *move_grow(uint32_t old, size_t size, size_t need) {
+static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t) {
   block_t *o = B(old);
   size_t cap = pclass_pages(pclass(need * 2));
   if (cap < need || S.no_dontunmap || !o->rw)
@@ -1046,6 +1148,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
                  .bprev = NIL,
                  .bnext = NIL};
   set_vmas(b, true);
+  note_alloc(i, t);
   tab_insert(r.usable, i);
   S.mapped_bytes += r.span;
   S.fresh++;
@@ -1062,6 +1165,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
     o->dirty = 0;
   o->flags |= F_FREED;
   S.frees++;
+  note_free(old, t);
   S.freed_bytes += o->size;
   S.live--;
   S.live_bytes -= o->size;
@@ -1074,6 +1178,8 @@ static void *move_grow(uint32_t old, size_t size, size_t need) {
 void *qm__large_realloc(void *p, size_t size) {
   if (size > QM_MAX_REQUEST)
     return fail_enomem();
+  trace_t t;
+  trace_capture(&t);
   uint32_t i = find_live_locked(p, "realloc of");
   block_t *b = B(i);
   size_t need = qm_pages(size);
@@ -1125,7 +1231,7 @@ void *qm__large_realloc(void *p, size_t size) {
   }
   b->state = B_BUSY;
   qm_unlock(&S.lock);
-  void *q = move_grow(i, size, need);
+  void *q = move_grow(i, size, need, &t);
   if (q)
     return q;
   qm_lock(&S.lock);
@@ -1200,6 +1306,13 @@ void qm__large_stats(qm_stats_t *s) {
   qm_unlock(&S.lock);
 }
 
+size_t qm__large_mappings_peak(void) {
+  qm_lock(&S.lock);
+  size_t n = S.maps_peak;
+  qm_unlock(&S.lock);
+  return n;
+}
+
 size_t qm__large_object_size(uintptr_t a) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
     return SIZE_MAX;
@@ -1228,6 +1341,10 @@ size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {
     out[n][0] = (uintptr_t)S.tab;
     out[n++][1] = (uintptr_t)S.tab + qm_page_up(S.tab_cap * sizeof(slot_t));
   }
+  for (size_t k = 0; k < S.stk_committed / STK_SEG && n < cap; k++) {
+    out[n][0] = (uintptr_t)S.stk[k];
+    out[n++][1] = (uintptr_t)S.stk[k] + stk_seg_bytes();
+  }
   qm_unlock(&S.lock);
   return n;
 }
@@ -1248,6 +1365,7 @@ void qm__large_fork_parent(void) {
  * owner does not exist there, so the chunk is simply never touched again. */
 void qm__large_fork_child(void) {
   rnd_fork();
+  qm__unwind_fork_child();
   qm_lock_reinit(&S.lock);
   qm__probe_fork_child();
   qm_lock_reinit(&S.init_lock);
@@ -1295,6 +1413,64 @@ bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
   return false;
 }
 
+static void put_stack(const uintptr_t *pc, unsigned n) {
+  qm_buf_t b;
+  if (!n) {
+    b.n = 0;
+    qm_buf_str(&b, "    (no stack recorded)\n");
+    qm__report_out(&b);
+  }
+  for (unsigned k = 0; k < n; k++) {
+    b.n = 0;
+    qm_buf_str(&b, "    ");
+    qm__frame_format(&b, k, pc[k]);
+    qm_buf_str(&b, "\n");
+    qm__report_out(&b);
+  }
+}
+
+void qm__large_report_stacks(const void *addr) {
+  uintptr_t a = (uintptr_t)addr;
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !S.blk || !S.frames)
+    return;
+  size_t n = S.nblk;
+  for (size_t i = 0; i < n; i++) {
+    const block_t *b = &S.blk[i];
+    if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
+      continue;
+    stk_t *e = stk_at((uint32_t)i);
+    if (!e)
+      return;
+    /* racy reads, as in qm__large_describe: counts are clamped */
+    const uintptr_t *pcs = stk_pcs(e);
+    unsigned nf = e->nfree < S.frames ? e->nfree : S.frames;
+    unsigned na = e->nalloc < S.frames ? e->nalloc : S.frames;
+    bool freed = b->state == B_QUAR || (b->state == B_BUSY && (b->flags & F_FREED));
+    qm_buf_t l;
+    l.n = 0;
+    if (freed) {
+      uint64_t now = qm__clock_ms();
+      qm_buf_str(&l, "  freed by thread ");
+      qm_buf_dec(&l, e->free_tid);
+      qm_buf_str(&l, ", ");
+      qm_buf_dec(&l, S.frees - e->free_seq);
+      qm_buf_str(&l, " large frees and ");
+      qm_buf_dec(&l, now > e->free_ms ? now - e->free_ms : 0);
+      qm_buf_str(&l, " ms ago, here:\n");
+      qm__report_out(&l);
+      put_stack(pcs + S.frames, nf);
+      qm_buf_str(&l, "  previously allocated by thread ");
+    } else {
+      qm_buf_str(&l, "  allocated by thread ");
+    }
+    qm_buf_dec(&l, e->alloc_tid);
+    qm_buf_str(&l, " here:\n");
+    qm__report_out(&l);
+    put_stack(pcs, na);
+    return;
+  }
+}
+
 /* Puts back the default action for SIGSEGV. SA_RESETHAND did so already
  * when this handler was called as installed; a handler installed later that
  * calls this one for faults it does not own has its own disposition in
@@ -1309,41 +1485,71 @@ static void default_action(void) {
   sigaction(SIGSEGV, &sa, NULL);
 }
 
+/* The first line of a SIGSEGV explanation; whether addr is a large chunk's. */
+static __attribute__((noinline)) bool segv_line(uintptr_t a, const void *ctx, bool *large) {
+  qm_buf_t d;
+  d.n = 0;
+  const char *what = NULL;
+  *large = qm__large_describe(a, &what, &d);
+  if (!*large && !qm__small_describe(a, &what, &d))
+    return false;
+  char w[96];
+  size_t n = 0;
+  const char *parts[3] = {what, "", " at"};
+#if defined(__x86_64__)
+  const ucontext_t *uc = ctx;
+  parts[1] = uc->uc_mcontext.gregs[REG_ERR] & 2 ? " (write)" : " (read)";
+#else
+  (void)ctx;
+#endif
+  for (unsigned k = 0; k < 3; k++)
+    for (const char *c = parts[k]; *c && n < sizeof w - 1; c++)
+      w[n++] = *c;
+  w[n] = 0;
+  qm__report_line(w, (const void *)a, d.s, d.n);
+  return true;
+}
+
+/* The stack of the faulting access: unwound through the signal frame, and
+ * printed from the interrupted instruction on. */
+static __attribute__((noinline)) void segv_stack(const void *ctx) {
+  uintptr_t pc[QM_STACK_MAX];
+  unsigned n = qm__stack_capture(pc, QM_STACK_MAX), k = 0;
+#if defined(__x86_64__)
+  const ucontext_t *uc = ctx;
+  uintptr_t ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+  while (k < n && pc[k] != ip)
+    k++;
+  if (k == n)
+    k = 0;
+#else
+  (void)ctx;
+#endif
+  qm_buf_t b;
+  b.n = 0;
+  qm_buf_str(&b, "  accessed by thread ");
+  qm_buf_dec(&b, qm__thread_id());
+  qm_buf_str(&b, " here:\n");
+  qm__report_out(&b);
+  put_stack(pc + k, n - k < S.frames ? n - k : S.frames);
+}
+
 static void on_segv(int sig, siginfo_t *si, void *ctx) {
   default_action();
   if (si->si_code <= 0) { /* sent by kill() or raise(): deliver it as sent */
     raise(sig);
     return;
   }
-  uintptr_t a = (uintptr_t)si->si_addr;
-  qm_buf_t d;
-  d.n = 0;
-  const char *what = NULL;
-  if (!qm__large_describe(a, &what, &d) && !qm__small_describe(a, &what, &d))
-    return; /* the retried access kills */
-  qm_buf_t w;
-  w.n = 0;
-  qm_buf_str(&w, what);
-#if defined(__x86_64__)
-  const ucontext_t *uc = ctx;
-  qm_buf_str(&w, uc->uc_mcontext.gregs[REG_ERR] & 2 ? " (write)" : " (read)");
-#else
-  (void)ctx;
-#endif
-  qm_buf_str(&w, " at");
-  w.s[w.n < sizeof w.s ? w.n : sizeof w.s - 1] = 0;
   /* print only: returning retries the access under the default action, so
    * the process dies of the SIGSEGV itself, as it would without qmalloc */
-  qm_buf_t line;
-  line.n = 0;
-  qm_buf_str(&line, "qmalloc: ERROR: ");
-  qm_buf_str(&line, w.s);
-  qm_buf_str(&line, " ");
-  qm_buf_hex(&line, a);
-  qm_buf_str(&line, " (");
-  qm_buf_mem(&line, d.s, d.n);
-  qm_buf_str(&line, ")\n");
-  qm_buf_flush(&line, 2);
+  uintptr_t a = (uintptr_t)si->si_addr;
+  bool large;
+  if (!segv_line(a, ctx, &large))
+    return; /* the retried access kills */
+  if (large && S.frames) {
+    segv_stack(ctx);
+    qm__large_report_stacks((const void *)a);
+  }
 }
 
 /* Installed only over the default disposition, one-shot: a program that

@@ -29,10 +29,17 @@ size_t qm__large_trim(void);
 /* Unmaps every quarantined chunk (tests start from an empty quarantine). */
 void qm__large_flush(void);
 void qm__large_stats(qm_stats_t *s);
+/* The most mappings the secondary held at once (its estimate). */
+size_t qm__large_mappings_peak(void);
 /* Describes addr if it is in a large chunk's mapping: *what gets the kind of
  * access error ("use-after-free", "heap overflow", ...), details the rest.
  * Lock-free and allocation-free: called from the SIGSEGV handler. */
 bool qm__large_describe(uintptr_t addr, const char **what, qm_buf_t *details);
+/* The lines that follow a report about the large chunk whose mapping holds
+ * addr: the thread and stack that freed it and how long ago, the thread
+ * and stack that allocated it. Lock-free and allocation-free, like
+ * qm__large_describe. Nothing when addr is in no large chunk. */
+void qm__large_report_stacks(const void *addr);
 
 /* Installs the SIGSEGV handler that explains faults in qmalloc's guards
  * (option fault_report), once, at init. */
@@ -43,7 +50,8 @@ void qm__fault_report_init(void);
  * SIZE_MAX outside every large chunk's mapping. */
 size_t qm__large_object_size(uintptr_t a);
 
-/* The record table's and the hash table's mappings, as [lo, hi) pairs. */
+/* The record table's, the hash table's and the stack table's mappings, as
+ * [lo, hi) pairs. */
 size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap);
 
 void qm__large_fork_prepare(void);

@@ -1,9 +1,10 @@
 /* stats.c: qm_stats(), mallinfo2() and malloc_stats(): counters gathered
  * from the OS layer, the primary, the thread caches and the secondary.
  * Reading them takes each module's lock briefly; they are never on a fast
- * path.
+ * path. Option stats_at_exit prints one block of them as the process ends.
  */
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -11,10 +12,12 @@
 #include "guarded.h"
 #include "init.h"
 #include "meta.h"
+#include "options.h"
 #include "os.h"
 #include "primary.h"
 #include "probe.h"
 #include "qmalloc.h"
+#include "report.h"
 #include "secondary.h"
 
 QM_EXPORT void qm_stats(qm_stats_t *s) {
@@ -70,7 +73,7 @@ static void line(qm_buf_t *b, const char *name, uint64_t v) {
   qm_buf_dec(b, v);
   qm_buf_pad_from(b, mark, 36 - (mark > 36 ? 36 : strlen(name)));
   qm_buf_str(b, "\n");
-  qm_buf_flush(b, STDERR_FILENO);
+  qm__report_out(b);
 }
 
 QM_EXPORT void qm_malloc_stats(void) {
@@ -81,7 +84,7 @@ QM_EXPORT void qm_malloc_stats(void) {
   qm_buf_str(&b, "qmalloc: strategy ");
   qm_buf_str(&b, s.strategy ? qm_strategy_name(s.strategy) : "(not chosen yet)");
   qm_buf_str(&b, "\n");
-  qm_buf_flush(&b, STDERR_FILENO);
+  qm__report_out(&b);
   line(&b, "small bytes in use", s.small_in_use);
   line(&b, "small bytes free (cached)", s.small_free);
   line(&b, "small bytes committed", s.small_committed);
@@ -138,4 +141,76 @@ QM_EXPORT int qm_describe(const void *addr, char *buf, size_t cap) {
   memcpy(buf, out.s, n);
   buf[n] = 0;
   return ok;
+}
+
+/* "qmalloc:   <label> <v>" with up to three more "<name> <v>" pairs. */
+static void row(const char *label, uint64_t v, const char *n1, uint64_t v1, const char *n2,
+                uint64_t v2, const char *n3, uint64_t v3) {
+  qm_buf_t b;
+  b.n = 0;
+  qm_buf_str(&b, "qmalloc:   ");
+  qm_buf_str(&b, label);
+  qm_buf_str(&b, " ");
+  qm_buf_dec(&b, v);
+  const char *names[3] = {n1, n2, n3};
+  uint64_t vals[3] = {v1, v2, v3};
+  for (int k = 0; k < 3 && names[k]; k++) {
+    qm_buf_str(&b, ", ");
+    qm_buf_str(&b, names[k]);
+    qm_buf_str(&b, " ");
+    qm_buf_dec(&b, vals[k]);
+  }
+  qm_buf_str(&b, "\n");
+  qm__report_out(&b);
+}
+
+static void probe_row(const qm_probe_result_t *r) {
+  qm_buf_t b;
+  b.n = 0;
+  qm_buf_str(&b, "qmalloc:   strategy ");
+  qm_buf_str(&b, qm_strategy_name(r->strategy));
+  qm_buf_str(&b, r->measured ? " (probe measured: " : " (probe forced: ");
+  qm_buf_str(&b, r->fast_dirty == 1 ? "mprotect fast path" : "no mprotect fast path");
+  qm_buf_str(&b, r->guard_regions == 1 ? ", guard regions" : ", no guard regions");
+  qm_buf_str(&b, ", kernel ");
+  qm_buf_str(&b, r->kernel);
+  qm_buf_str(&b, "): ");
+  qm_buf_str(&b, r->reason);
+  qm_buf_str(&b, "\n");
+  qm__report_out(&b);
+}
+
+/* After the program's own exit handlers (destructors run last), so the
+ * counters are the process's whole life. */
+__attribute__((destructor)) static void stats_at_exit(void) {
+  if (!__atomic_load_n(&qm__init_done, __ATOMIC_ACQUIRE) || !qm__opt.stats_at_exit)
+    return;
+  qm_stats_t s;
+  qm_stats(&s);
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru))
+    memset(&ru, 0, sizeof ru);
+  qm_buf_t b;
+  b.n = 0;
+  qm_buf_str(&b, "qmalloc: stats at exit of pid ");
+  qm_buf_dec(&b, (uint64_t)getpid());
+  qm_buf_str(&b, "\n");
+  qm__report_out(&b);
+  if (s.strategy)
+    probe_row(qm_probe_result());
+  row("large allocations", s.large_allocs, "from quarantine", s.reuses, "fresh mappings",
+      s.fresh_maps, "realloc in place", s.realloc_in_place);
+  row("large frees", s.large_frees, "realloc moves", s.realloc_moved, NULL, 0, NULL, 0);
+  row("quarantine chunks", s.quarantine_chunks, "bytes", s.quarantine_bytes, "resident bytes",
+      s.quarantine_resident_bytes, NULL, 0);
+  row("quarantine unmapped", s.unmaps, "pages dropped", s.drops, NULL, 0, NULL, 0);
+  row("faults avoided", s.faults_avoided, NULL, 0, NULL, 0, NULL, 0);
+  row("mappings", s.mappings_estimate, "peak", qm__large_mappings_peak(), "budget",
+      s.mappings_budget, NULL, 0);
+  row("small bytes in use", s.small_in_use, "free", s.small_free, "committed", s.small_committed,
+      "advised back", s.small_purged);
+  row("peak resident KiB", (uint64_t)ru.ru_maxrss, "threads with a cache", s.threads, NULL, 0, NULL,
+      0);
+  row("syscalls mmap", s.sys_mmap, "munmap", s.sys_munmap, "mprotect", s.sys_mprotect, "madvise",
+      s.sys_madvise);
 }

@@ -141,8 +141,9 @@ TEST(ApiDeathTest, FreeSizedWithTheWrongSizeIsReported) {
   EXPECT_DEATH(qm_free_sized(p, 4096), "^" QM_ERR "size mismatch in free_sized of " HEX
                                        " \\(passed 4096 bytes, small chunk holds 100\\)\n$");
   void *q = qm_malloc(200000);
-  EXPECT_DEATH(qm_free_sized(q, 100000), "^" QM_ERR "size mismatch in free_sized of " HEX
-                                         " \\(passed 100000 bytes, large chunk holds 200000\\)\n$");
+  EXPECT_DEATH(qm_free_sized(q, 100000),
+               "^" QM_ERR "size mismatch in free_sized of " HEX
+               " \\(passed 100000 bytes, large chunk holds 200000\\)\n" QM_ALLOCATED);
 }
 
 // The exact requested size is known for every chunk: one byte off is wrong.
@@ -151,8 +152,9 @@ TEST(ApiDeathTest, FreeSizedChecksTheExactSize) {
   EXPECT_DEATH(qm_free_sized(p, 99), "^" QM_ERR "size mismatch in free_sized of " HEX
                                      " \\(passed 99 bytes, small chunk holds 100\\)\n$");
   void *q = qm_malloc(200000);
-  EXPECT_DEATH(qm_free_sized(q, 200001), "^" QM_ERR "size mismatch in free_sized of " HEX
-                                         " \\(passed 200001 bytes, large chunk holds 200000\\)\n$");
+  EXPECT_DEATH(qm_free_sized(q, 200001),
+               "^" QM_ERR "size mismatch in free_sized of " HEX
+               " \\(passed 200001 bytes, large chunk holds 200000\\)\n" QM_ALLOCATED);
   void *r = qm_aligned_alloc(64, 40);
   EXPECT_DEATH(qm_free_aligned_sized(r, 64, 48),
                "^" QM_ERR "size mismatch in free_aligned_sized of " HEX

@@ -51,7 +51,7 @@ protected:
 std::string uaf_regex(const char *rw, size_t off, size_t size) {
   return "^" QM_ERR "use-after-free \\(" + std::string(rw) + "\\) at " HEX " \\(offset " +
          std::to_string(off) + " in freed large chunk of " + std::to_string(size) +
-         " bytes at " HEX "\\)\n$";
+         " bytes at " HEX "\\)\n" QM_ACCESSED QM_FREED;
 }
 
 // Frees p, runs `cycles` further alloc/free cycles of the same size, then
@@ -236,36 +236,39 @@ TEST(LargeDeathTest, WriteOneBytePastAPageMultipleFaults) {
   char *p = static_cast<char *>(qm_malloc(128 * KiB));
   EXPECT_EXIT(poke(p, 128 * KiB), testing::KilledBySignal(SIGSEGV),
               "^" QM_ERR "heap overflow \\(write\\) at " HEX
-              " \\(1 byte past the end of large chunk of 131072 bytes at " HEX "\\)\n$");
+              " \\(1 byte past the end of large chunk of 131072 bytes at " HEX
+              "\\)\n" QM_ACCESSED QM_ALLOCATED);
 }
 
 TEST(LargeDeathTest, WriteJustBeforeTheStartFaults) {
   char *p = static_cast<char *>(qm_malloc(256 * KiB));
   EXPECT_EXIT(poke(p - 1), testing::KilledBySignal(SIGSEGV),
               "^" QM_ERR "heap underflow \\(write\\) at " HEX
-              " \\(1 byte before large chunk of 262144 bytes at " HEX "\\)\n$");
+              " \\(1 byte before large chunk of 262144 bytes at " HEX
+              "\\)\n" QM_ACCESSED QM_ALLOCATED);
 }
 
 TEST(LargeDeathTest, DoubleFreeIsReported) {
   void *p = qm_malloc(128 * KiB);
   qm_free(p);
-  EXPECT_DEATH(qm_free(p), "^" QM_ERR "double free of " HEX " \\(large chunk, 131072 bytes\\)\n$");
+  EXPECT_DEATH(qm_free(p),
+               "^" QM_ERR "double free of " HEX " \\(large chunk, 131072 bytes\\)\n" QM_FREED);
 }
 
 TEST(LargeDeathTest, ReallocOfAFreedChunkIsReported) {
   void *p = qm_malloc(128 * KiB);
   qm_free(p);
   EXPECT_DEATH(qm_realloc(p, 256 * KiB),
-               "^" QM_ERR "realloc of " HEX " \\(freed large chunk, 131072 bytes\\)\n$");
-  EXPECT_DEATH(qm_malloc_usable_size(p),
-               "^" QM_ERR "malloc_usable_size of " HEX " \\(freed large chunk, 131072 bytes\\)\n$");
+               "^" QM_ERR "realloc of " HEX " \\(freed large chunk, 131072 bytes\\)\n" QM_FREED);
+  EXPECT_DEATH(qm_malloc_usable_size(p), "^" QM_ERR "malloc_usable_size of " HEX
+                                         " \\(freed large chunk, 131072 bytes\\)\n" QM_FREED);
 }
 
 TEST(LargeDeathTest, InteriorPointerIsAnInvalidFree) {
   char *p = static_cast<char *>(qm_malloc(MiB));
   EXPECT_DEATH(qm_free(p + 4096),
                "^" QM_ERR "invalid free of " HEX
-               " \\(offset 4096 in large chunk of 1048576 bytes at " HEX "\\)\n$");
+               " \\(offset 4096 in large chunk of 1048576 bytes at " HEX "\\)\n" QM_ALLOCATED);
   qm_free(p);
 }
 

@@ -1,6 +1,6 @@
 // util.h: helpers shared by the C++ tests: volatile accesses the compiler
 // cannot drop (a store to freed memory is otherwise dead code), RSS reads,
-// and the regexes of qmalloc's one-line reports.
+// (the regexes of qmalloc's reports are in report_re.h).
 #ifndef QM_TEST_UTIL_H
 #define QM_TEST_UTIL_H
 
@@ -12,6 +12,7 @@
 #include <string>
 
 #include "qmalloc.h"
+#include "report_re.h"
 #include "shim.h"
 
 // Accesses through a volatile pointer: kept even after free().
@@ -39,9 +40,5 @@ inline bool all_bytes(const void *p, size_t n, unsigned char v) {
       return false;
   return true;
 }
-
-// The start of every report line, for death-test regexes.
-#define QM_ERR "qmalloc: ERROR: "
-#define HEX "0x[0-9a-f]+"
 
 #endif

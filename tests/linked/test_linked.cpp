@@ -18,12 +18,10 @@
 #include <thread>
 #include <vector>
 
+#include "../report_re.h"
 #include "qmalloc.h"
 
 namespace {
-
-#define QM_ERR "qmalloc: ERROR: "
-#define HEX "0x[0-9a-f]+"
 
 qm_stats_t stats() {
   qm_stats_t s;
@@ -52,7 +50,8 @@ TEST(LinkedDeathTest, UseAfterFreeThroughPlainFree) {
   free(p);
   EXPECT_EXIT(((volatile char *)dangling)[8] = 1, testing::KilledBySignal(SIGSEGV),
               "^" QM_ERR "use-after-free \\(write\\) at " HEX
-              " \\(offset 8 in freed large chunk of 262144 bytes at " HEX "\\)\n$");
+              " \\(offset 8 in freed large chunk of 262144 bytes at " HEX
+              "\\)\n" QM_ACCESSED QM_FREED);
 }
 
 TEST(LinkedDeathTest, UseAfterDeleteOfALargeArray) {

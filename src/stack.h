@@ -1,0 +1,36 @@
+/* stack.h: the calling thread's stack as return addresses, and frames
+ * printed as "#N 0xPC (module+0xOFF) name". Capture allocates nothing and
+ * takes no lock of qmalloc's; printing reads only what the loader mapped.
+ */
+#ifndef QM_STACK_H
+#define QM_STACK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fmt.h"
+
+#define QM_STACK_MAX 64 /* the most frames option stack_frames allows */
+
+/* Up to max (<= QM_STACK_MAX) return addresses of the caller's callers,
+ * innermost first, leaving out the frames inside qmalloc's own shared
+ * object. 0 before qmalloc is initialised (the loader may be the caller) or
+ * when max is 0. */
+unsigned qm__stack_capture(uintptr_t *pcs, unsigned max);
+
+/* The kernel's id of the calling thread (cached per thread; renewed in a
+ * fork child) and a monotonic clock in ms; neither allocates. */
+uint32_t qm__thread_id(void);
+uint64_t qm__clock_ms(void);
+
+/* Once at init: the first unwind, so that no lazy set-up of the unwinder
+ * happens later under a caller's lock or in a signal handler. */
+void qm__unwind_init(void);
+void qm__unwind_fork_child(void);
+
+/* Appends "#n 0xPC (module+0xOFF) symbol+0xN" for one frame: the module by
+ * _dl_find_object (lock-free, async-signal-safe; glibc 2.35) or else
+ * dl_iterate_phdr, the symbol from the module's dynamic symbol table. */
+void qm__frame_format(qm_buf_t *b, unsigned n, uintptr_t pc);
+
+#endif
