@@ -627,36 +627,3 @@ QM_EXPORT size_t qm_malloc_object_size(const void *ptr) {
     return qm__guarded_object_size(a);
   return qm__large_object_size(a);
 }
-
-/* ---- describing small-chunk addresses (for the SIGSEGV report) ---- */
-
-bool qm__small_describe(uintptr_t a, const char **what, qm_buf_t *d) {
-  if (qm__guarded_describe(a, what, d))
-    return true;
-  uintptr_t off = a - qm__pbase;
-  if (a < qm__pbase && qm__pbase - a <= qm__page && qm__pspan) {
-    *what = "wild access";
-    qm_buf_str(d, "guard page below the small-chunk heap");
-    return true;
-  }
-  if (off >= qm__pspan)
-    return false;
-  unsigned c = (unsigned)(off >> qm__rshift);
-  if (c == QM_ZCLASS)
-    return qm__zero_describe(a, what, d);
-  uintptr_t roff = off & region_mask();
-  if (roff < committed(c)) {
-    if (!qm_on_guard(roff))
-      return false; /* RW memory: whatever faulted there, it was not qmalloc's guard */
-    *what = "heap overflow or underflow";
-    qm_buf_str(d, "guard page between runs of small chunks of class ");
-    qm_buf_dec(d, class_user(c));
-    qm_buf_str(d, " bytes");
-    return true;
-  }
-  *what = "wild access";
-  qm_buf_str(d, "unused part of the small-chunk heap, class ");
-  qm_buf_dec(d, class_user(c));
-  qm_buf_str(d, " bytes");
-  return true;
-}

@@ -22,6 +22,7 @@
 
 #include "cache.h"
 #include "chunk.h"
+#include "fault.h"
 #include "guarded.h"
 #include "meta.h"
 #include "options.h"
@@ -62,14 +63,6 @@ bool qm__boot_owns(const void *p) {
 }
 
 size_t qm__boot_size(const void *p) { return *(const size_t *)((const unsigned char *)p - 16); }
-
-void qm__init_page_size(void) {
-  size_t pg = (size_t)getauxval(AT_PAGESZ);
-  if (!qm_is_pow2(pg))
-    pg = 4096;
-  qm__page_shift = (unsigned)__builtin_ctzll(pg);
-  qm__page = pg;
-}
 
 static uint64_t make_secret(void) {
   uint64_t s = 0;

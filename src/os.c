@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -276,4 +277,14 @@ long qm_os_count_mappings(void) {
   close(fd);
   errno = saved;
   return lines;
+}
+
+/* The page size, from the auxiliary vector: here in the OS layer, below
+ * both init and the probe, which calls it when it runs before init. */
+void qm__init_page_size(void) {
+  size_t pg = (size_t)getauxval(AT_PAGESZ);
+  if (!qm_is_pow2(pg))
+    pg = 4096;
+  qm__page_shift = (unsigned)__builtin_ctzll(pg);
+  qm__page = pg;
 }

@@ -100,10 +100,6 @@ typedef struct qm_primary_stats {
 } qm_primary_stats_t;
 void qm__primary_stats(qm_primary_stats_t *s);
 
-/* Describes addr if it lies in the uncommitted part of a class region
- * (defined with the fast paths in alloc.c; used by the SIGSEGV report). */
-bool qm__small_describe(uintptr_t addr, const char **what, qm_buf_t *details);
-
 void qm__primary_lock_all(void);
 void qm__primary_unlock_all(void);
 void qm__primary_reinit_locks(void);

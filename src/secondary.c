@@ -1,122 +1,27 @@
-/* secondary.c: large chunks, their quarantine and their reuse. Invariants:
- * a chunk's record (base, span, usable, rw pages, state) is changed only
- * under S.lock or by the one thread that marked it BUSY; no syscall is made
- * under S.lock except growing the record table; a LIVE chunk is RW exactly
- * on [usable, usable + rw pages) and inaccessible elsewhere in its mapping;
- * a QUAR chunk is inaccessible throughout (strategy none aside). The lock is
- * a leaf: nothing else is locked while it is held. The window: a freed
- * chunk stays mapped and out of every bin until quarantine_min_frees large
- * frees and quarantine_min_mb MiB of them came after it (only the mapping
- * budget unmaps it earlier); a chunk in a bin is always QUAR and aged.
+/* secondary.c: large chunks: their allocation, free and realloc, and
+ * set-up, stats and fork; the records live in large_record.c, freed chunks
+ * in quarantine.c, reports in large_report.c. Invariants: a chunk's record
+ * (base, span, usable, rw pages, state) is changed only under S.lock or by
+ * the one thread that marked it BUSY; no syscall is made under S.lock
+ * except growing the record table; a LIVE chunk is RW exactly on [usable,
+ * usable + rw pages) and inaccessible elsewhere in its mapping; a QUAR chunk
+ * is inaccessible throughout (strategy none aside). The lock is a leaf:
+ * nothing else is locked while it is held. Calls go down only: to the
+ * quarantine, the records, the probe and the OS layer.
  */
 #include "secondary.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <ucontext.h>
-#include <unistd.h>
 
 #include "guarded.h"
-#include "init.h"
-#include "lock.h"
+#include "large.h"
 #include "options.h"
 #include "os.h"
-#include "primary.h"
 #include "probe.h"
-#include "qm.h"
 #include "report.h"
-#include "stack.h"
 #include "strategy.h"
-
-#define NIL UINT32_MAX
-#define NBINS 160
-#define MAX_RECORDS ((size_t)1 << 20) /* the most chunks the mapping cap allows, and more */
-#define VICTIMS 32
-#define SCAN 32          /* chunks a request looks at: bounds the time under the lock */
-#define DEMAND_HALF 4096 /* requests after which the demand counts are halved */
-
-enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
-/* F_FREED: the chunk left the user (freed, or the old range of a realloc
- * move) and has not been handed out since; a BUSY chunk with it is being
- * retired or dropped, one without it is being resized or revived. */
-/* F_SPLIT: the RW pages may be several VMAs. A realloc move puts the old
- * pages in front of pages of the new mapping, and the two never merge (their
- * vm_pgoff differ), so a chunk that came from a move keeps two or more. */
-/* F_COLD: in a cold bin (no page resident), while F_INBIN. */
-enum { F_NOREUSE = 1, F_INBIN = 2, F_FREED = 4, F_SPLIT = 8, F_COLD = 16 };
-
-typedef struct block {
-  uintptr_t base, usable; /* the mapping, and its first usable page = user pointer */
-  size_t span, size;      /* mapping bytes (guards included); requested bytes */
-  size_t cap, rw, dirty;  /* pages: usable, RW now, possibly non-zero */
-  uint64_t seq, mark;     /* large frees / bytes freed when it was quarantined */
-  uint32_t qprev, qnext, bprev, bnext;
-  uint8_t state, flags, vmas, bclass; /* bclass: its bin while F_INBIN */
-} block_t;
-
-typedef struct slot {
-  uintptr_t key; /* a chunk's user pointer; 0 = empty */
-  uint32_t idx;
-} slot_t;
-
-static struct {
-  qm_lock_t lock;
-  qm_lock_t init_lock;
-  atomic_int ready;
-  int strategy;
-  bool fast; /* the kernel keeps protect-strategy reuse fault-free */
-  block_t *blk;
-  size_t nblk, blk_committed, blk_max; /* records in use (high water), RW, reserved */
-  uint32_t free_rec;
-  slot_t *tab;
-  size_t tab_cap, tab_used;
-  uint32_t qhead, qtail, age; /* quarantine FIFO, oldest first; first not aged */
-  /* aged chunks: hot[] by resident pages (dirty), cold[] (none resident) by
-   * capacity; nhot[] counts the hot bins, demand[] the requests per class */
-  uint32_t hot[NBINS], cold[NBINS], nhot[NBINS], demand[NBINS];
-  uint32_t demand_clock;
-  uint64_t rng;                     /* the reuse choice; 0 until seeded */
-  size_t qcount, qpages, qresident; /* chunks, usable pages, resident pages */
-  size_t ltail;                     /* resident pages live chunks hold past their RW part */
-  uint64_t frees, freed_bytes;      /* the clocks quarantine age is read on */
-  size_t maps, map_budget;
-  size_t live, live_bytes, mapped_bytes;
-  uint64_t allocs, reuses, fresh, unmaps, drops, avoided, in_place, moved;
-  bool no_dontunmap;
-  size_t thp_size; /* PMD size where transparent huge pages can be had, else 0 */
-  /* the stack table: per record, frames allocating then frames freeing */
-  uintptr_t *stk[MAX_RECORDS / ((size_t)1 << 13)];
-  unsigned frames;      /* option stack_frames */
-  size_t stk_committed; /* records whose entries are mapped */
-  size_t maps_peak;
-} S = {.lock = QM_LOCK_INIT, .init_lock = QM_LOCK_INIT};
-
-/* Page classes, four per doubling: bins of quarantined chunks by capacity,
- * and the capacity a fresh chunk is given, so that a chunk freed by one
- * request fits later ones of nearby sizes. Rounding up costs address space
- * only: pages past the request stay PROT_NONE and are never touched. */
-static unsigned pclass(size_t n) {
-  if (n <= 4)
-    return n ? (unsigned)n - 1 : 0;
-  unsigned l = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1));
-  unsigned c = 4 + (l - 2) * 4 + (unsigned)(((n - 1) >> (l - 2)) - 4);
-  return c < NBINS ? c : NBINS - 1;
-}
-static size_t pclass_pages(unsigned c) {
-  if (c < 4)
-    return c + 1;
-  unsigned k = c - 4, l = 2 + k / 4;
-  return ((size_t)1 << l) + ((size_t)(k % 4 + 1) << (l - 2));
-}
-
-static block_t *B(uint32_t i) { return &S.blk[i]; }
-
-/* Resident pages a live chunk holds past its RW part: left by an earlier,
- * larger use or by a shrink, inaccessible, and kept like quarantined pages
- * (S.ltail sums them over live chunks). */
-static size_t tail_pages(const block_t *b) { return b->dirty > b->rw ? b->dirty - b->rw : 0; }
 
 /* Chunks that keep their pages across reuse (protect, none) and span a
  * transparent huge page get one: each of its 512 pages then changes
@@ -140,626 +45,7 @@ static int thp_advice(size_t cap_pages) {
   return S.thp_size && !qm__opt.thp_min_mb && cap_pages << qm__page_shift >= S.thp_size ? -1 : 0;
 }
 
-/* ---- the record table and the address -> record hash (under S.lock) ---- */
-
-/* Reserves the record table: as large as the address space allows, down to
- * 2048 records under a tight RLIMIT_AS. Retried on later allocations if it
- * failed at start-up, so one ENOMEM does not disable large chunks for good. */
-static bool blk_reserve(void) {
-  for (size_t n = MAX_RECORDS; n >= 2048; n /= 8) {
-    void *p;
-    /* guarded: records hold chunk addresses, and a committed prefix that
-     * reaches the end must not touch a neighbour */
-    if (qm_os_map_guarded(qm_page_up(n * sizeof(block_t)), QM_PROT_NONE, &p) == 0) {
-      S.blk_max = n;
-      S.blk = p;
-      return true;
-    }
-  }
-  return false;
-}
-
-/* ---- the stack table, beside the records and grown with them (under
- * S.lock): segments of STK_SEG records' entries, each mapped when the
- * records reach it and never moved (the SIGSEGV report reads them without
- * the lock), so its address space grows with use; records whose segment
- * could not be mapped simply carry no stacks ---- */
-
-#define STK_SEG ((size_t)1 << 13) /* 2.25 MiB at 16 frames */
-
-/* One record's entry: who allocated and freed its chunk, and when it was
- * freed, then S.frames allocating frames and S.frames freeing ones. Kept
- * here and not in block_t, so that the records' reservation (1 Mi of them)
- * does not grow with stacks, and stack_frames=0 costs no address space. */
-typedef struct stk {
-  uint64_t free_seq, free_ms; /* large frees counted, and the clock, when freed */
-  uint32_t alloc_tid, free_tid;
-  uint8_t nalloc, nfree;
-} stk_t;
-
-static size_t stk_entry_bytes(void) {
-  return (sizeof(stk_t) + 7) / 8 * 8 + S.frames * 2 * sizeof(uintptr_t);
-}
-
-static size_t stk_seg_bytes(void) { return qm_page_up(STK_SEG * stk_entry_bytes()); }
-
-static void stk_grow(void) {
-  while (S.frames && S.stk_committed < S.blk_committed) {
-    size_t seg = S.stk_committed / STK_SEG;
-    if (seg >= sizeof S.stk / sizeof S.stk[0])
-      return;
-    void *p;
-    if (qm_os_map_guarded(stk_seg_bytes(), QM_PROT_RW, &p))
-      return; /* tried again when the records grow */
-    S.stk[seg] = p;
-    S.stk_committed = (seg + 1) * STK_SEG;
-  }
-}
-
-/* Record i's entry; NULL without one. */
-static stk_t *stk_at(uint32_t i) {
-  if (!S.frames || i >= S.stk_committed)
-    return NULL;
-  return (stk_t *)((char *)S.stk[i / STK_SEG] + (i % STK_SEG) * stk_entry_bytes());
-}
-
-/* Its frames: the allocating ones, then (at S.frames) the freeing ones. */
-static uintptr_t *stk_pcs(stk_t *e) {
-  return (uintptr_t *)((char *)e + (sizeof(stk_t) + 7) / 8 * 8);
-}
-
-/* A stack captured on the way in, before any lock (unwinding takes none of
- * qmalloc's, but may take the loader's). */
-typedef struct trace {
-  uintptr_t pc[QM_STACK_MAX];
-  unsigned n;
-  uint32_t tid;
-} trace_t;
-
-static void trace_capture(trace_t *t) {
-  t->n = S.frames ? qm__stack_capture(t->pc, S.frames) : 0;
-  t->tid = S.frames ? qm__thread_id() : 0;
-}
-
-/* Records t as chunk i's allocating stack (the chunk is the caller's). */
-static void note_alloc(uint32_t i, const trace_t *t) {
-  stk_t *e = stk_at(i);
-  if (!e)
-    return;
-  e->nalloc = (uint8_t)t->n;
-  e->alloc_tid = t->tid;
-  memcpy(stk_pcs(e), t->pc, t->n * sizeof(uintptr_t));
-}
-
-/* And as its freeing stack, at S.frees counted (under S.lock). */
-static void note_free(uint32_t i, const trace_t *t) {
-  stk_t *e = stk_at(i);
-  if (!e)
-    return;
-  e->nfree = (uint8_t)t->n;
-  e->free_tid = t->tid;
-  e->free_seq = S.frees;
-  e->free_ms = qm__clock_ms();
-  memcpy(stk_pcs(e) + S.frames, t->pc, t->n * sizeof(uintptr_t));
-}
-
-static uint32_t rec_alloc(void) {
-  if (!S.blk && !blk_reserve())
-    return NIL;
-  if (S.free_rec != NIL) {
-    uint32_t i = S.free_rec;
-    S.free_rec = B(i)->qnext;
-    return i;
-  }
-  if (S.nblk == S.blk_max)
-    return NIL;
-  if (S.nblk == S.blk_committed) {
-    size_t step = (64 << 10) / sizeof(block_t);
-    size_t from = qm_page_up(S.blk_committed * sizeof(block_t));
-    size_t to = qm_page_up((S.blk_committed + step) * sizeof(block_t));
-    if (qm_os_protect((char *)S.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
-      return NIL;
-    S.blk_committed = to / sizeof(block_t);
-    stk_grow();
-  }
-  return (uint32_t)S.nblk++;
-}
-
-static void rec_free(uint32_t i) {
-  block_t *b = B(i);
-  memset(b, 0, sizeof *b);
-  b->state = B_UNUSED;
-  b->qnext = S.free_rec;
-  S.free_rec = i;
-}
-
-static size_t hash(uintptr_t k) { return (size_t)((k >> 12) * 0x9e3779b97f4a7c15ull); }
-
-static uint32_t tab_find(uintptr_t k) {
-  if (!S.tab_cap)
-    return NIL;
-  size_t m = S.tab_cap - 1;
-  for (size_t i = hash(k) & m;; i = (i + 1) & m) {
-    if (S.tab[i].key == k)
-      return S.tab[i].idx;
-    if (!S.tab[i].key)
-      return NIL;
-  }
-}
-
-static void tab_put(slot_t *t, size_t cap, uintptr_t k, uint32_t idx) {
-  size_t m = cap - 1, i = hash(k) & m;
-  while (t[i].key)
-    i = (i + 1) & m;
-  t[i].key = k;
-  t[i].idx = idx;
-}
-
-/* Keeps the load at most 1/2; false if there is no memory to grow. */
-static bool tab_reserve(void) {
-  if ((S.tab_used + 1) * 2 <= S.tab_cap)
-    return true;
-  size_t cap = S.tab_cap ? S.tab_cap * 2 : 512;
-  void *p;
-  if (qm_os_map_guarded(qm_page_up(cap * sizeof(slot_t)), QM_PROT_RW, &p))
-    return false;
-  slot_t *t = p;
-  for (size_t i = 0; i < S.tab_cap; i++)
-    if (S.tab[i].key)
-      tab_put(t, cap, S.tab[i].key, S.tab[i].idx);
-  if (S.tab)
-    qm_os_unmap_guarded(S.tab, qm_page_up(S.tab_cap * sizeof(slot_t)));
-  S.tab = t;
-  S.tab_cap = cap;
-  return true;
-}
-
-static void tab_insert(uintptr_t k, uint32_t idx) {
-  tab_put(S.tab, S.tab_cap, k, idx);
-  S.tab_used++;
-}
-
-/* Linear-probing delete with backward shift: no tombstones. */
-static void tab_remove(uintptr_t k) {
-  size_t m = S.tab_cap - 1, i = hash(k) & m;
-  while (S.tab[i].key != k) {
-    QM_CHECK(S.tab[i].key);
-    i = (i + 1) & m;
-  }
-  for (size_t j = (i + 1) & m; S.tab[j].key; j = (j + 1) & m) {
-    size_t home = hash(S.tab[j].key) & m;
-    /* move j into the hole at i unless its home lies cyclically in (i, j] */
-    if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
-      S.tab[i] = S.tab[j];
-      i = j;
-    }
-  }
-  S.tab[i].key = 0;
-  S.tab_used--;
-}
-
-/* ---- the quarantine (under S.lock) ---- */
-
-static void set_vmas(block_t *b, bool live) {
-  unsigned v = qm__range_vmas(S.strategy, live);
-  S.maps = S.maps - b->vmas + v;
-  b->vmas = (uint8_t)v;
-  if (S.maps > S.maps_peak)
-    S.maps_peak = S.maps;
-}
-
-/* A bin holds aged chunks by what serves a request best: hot[] by resident
- * pages (a request that fits them takes no fault), cold[] by capacity (no
- * page resident: only the mmap is saved). */
-static uint32_t *bin_head(const block_t *b) {
-  return b->flags & F_COLD ? &S.cold[b->bclass] : &S.hot[b->bclass];
-}
-
-static void bin_insert(uint32_t i) {
-  block_t *b = B(i);
-  if (b->flags & F_INBIN)
-    return;
-  b->flags &= (uint8_t)~F_COLD;
-  if (!b->dirty)
-    b->flags |= F_COLD;
-  b->bclass = (uint8_t)pclass(b->dirty ? b->dirty : b->cap);
-  uint32_t *h = bin_head(b);
-  b->bprev = NIL;
-  b->bnext = *h;
-  if (*h != NIL)
-    B(*h)->bprev = i;
-  *h = i;
-  b->flags |= F_INBIN;
-  if (!(b->flags & F_COLD))
-    S.nhot[b->bclass]++;
-}
-
-static void bin_remove(uint32_t i) {
-  block_t *b = B(i);
-  if (!(b->flags & F_INBIN))
-    return;
-  if (b->bprev != NIL)
-    B(b->bprev)->bnext = b->bnext;
-  else
-    *bin_head(b) = b->bnext;
-  if (b->bnext != NIL)
-    B(b->bnext)->bprev = b->bprev;
-  b->flags &= (uint8_t)~F_INBIN;
-  if (!(b->flags & F_COLD))
-    S.nhot[b->bclass]--;
-}
-
-static void q_append(uint32_t i) {
-  block_t *b = B(i);
-  b->qnext = NIL;
-  b->qprev = S.qtail;
-  if (S.qtail != NIL)
-    B(S.qtail)->qnext = i;
-  else
-    S.qhead = i;
-  S.qtail = i;
-  if (S.age == NIL)
-    S.age = i;
-  S.qcount++;
-  S.qpages += b->cap;
-  S.qresident += b->dirty;
-}
-
-/* Takes a chunk out of the quarantine (to reuse or unmap it). */
-static void q_unlink(uint32_t i) {
-  block_t *b = B(i);
-  bin_remove(i);
-  if (S.age == i)
-    S.age = b->qnext;
-  if (b->qprev != NIL)
-    B(b->qprev)->qnext = b->qnext;
-  else
-    S.qhead = b->qnext;
-  if (b->qnext != NIL)
-    B(b->qnext)->qprev = b->qprev;
-  else
-    S.qtail = b->qprev;
-  S.qcount--;
-  S.qpages -= b->cap;
-  S.qresident -= b->dirty;
-}
-
-/* Moves every chunk that has aged enough (min frees and min bytes freed
- * after it) into the bins where allocation looks. FIFO order makes the aged
- * chunks a prefix of the quarantine. */
-static bool aged(const block_t *b) {
-  if (S.strategy == QM_STRATEGY_NONE)
-    return true;
-  return S.frees - b->seq >= qm__opt.quarantine_min_frees &&
-         S.freed_bytes - b->mark >= qm__opt.quarantine_min_mb << 20;
-}
-
-static void q_age(void) {
-  while (S.age != NIL) {
-    block_t *b = B(S.age);
-    if (!aged(b))
-      break;
-    /* a chunk BUSY being dropped is binned when it comes back */
-    if (!(b->flags & F_NOREUSE) && b->state == B_QUAR)
-      bin_insert(S.age);
-    S.age = b->qnext;
-  }
-}
-
-/* ---- the reuse choice (under S.lock) ---- */
-
-/* xorshift64*, seeded from the per-process secret: two runs of a program
- * reuse chunks in different orders, so an exploit cannot groom which freed
- * chunk a request gets. Before the secret exists (only while qmalloc starts,
- * for a qmalloc_default_options() that allocates) it gives a fixed value
- * and stays unseeded. */
-static uint64_t rnd(void) {
-  if (QM_UNLIKELY(!S.rng)) {
-    if (!qm__secret)
-      return 0x9e3779b97f4a7c15ull;
-    S.rng = (qm__secret ^ 0xd1b54a32d192ed03ull) * 0x9e3779b97f4a7c15ull | 1;
-  }
-  uint64_t x = S.rng;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  S.rng = x;
-  return x * 0x2545f4914f6cdd1dull;
-}
-
-/* Reseeds in a fork child, from the state and the pid: forked workers of one
- * parent then differ from it and from each other. */
-static void rnd_fork(void) {
-  (void)rnd();
-  if (!S.rng)
-    return; /* no secret yet: seeded later, from it */
-  uint64_t z = S.rng ^ (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  S.rng = (z ^ (z >> 31)) | 1;
-}
-
-/* Uniform in [0, n), n > 0. */
-static uint32_t rnd_below(uint32_t n) { return (uint32_t)(((rnd() >> 32) * n) >> 32); }
-
-/* Counts a request of `need` pages in its class; halves every count now and
- * then, so that the counts follow what the program asks for lately. */
-static void demand_note(size_t need) {
-  S.demand[pclass(need)]++;
-  if (++S.demand_clock < DEMAND_HALF)
-    return;
-  S.demand_clock = 0;
-  for (unsigned c = 0; c < NBINS; c++)
-    S.demand[c] /= 2;
-}
-
-/* The aged chunk that serves `need` pages, or NIL (a fresh mapping then).
- * In order of preference:
- *  1. a chunk whose resident pages cover the request with at most
- *     reuse_max_waste_pct to spare: no fault at all. Chosen at random among
- *     those seen with at most a quarter to spare, else among the rest (with
- *     the quarantine off, the newest: its memory is the warmest); capacity
- *     beyond the resident pages is address space only.
- *  2. the cheapest of the rest that fits, counting a fault per page to
- *     fault in and half one per page of waste: one with fewer resident
- *     pages faults in only the difference, one with up to 4x the resident
- *     pages wastes some (its extra pages stay resident, inaccessible,
- *     counted against quarantine_mb while it is live); taken if it costs
- *     less than a fresh mapping, which faults in every page.
- *  3. a chunk with no page resident and at most the same spare capacity:
- *     saves the mmap (the only choice under discard and guard).
- * Measured in large churn (W=8, the 32 MiB window, 600 ops after 5000):
- * fitting by capacity alone, oldest first, with the oldest chunks' pages
- * dropped first, took 1.3 faults/op at quarantine_mb=96 (the drops hit the
- * chunks next in line) and needed 128 to get to 0.03; this takes 0.005-0.26
- * at 96. Random or oldest-first among the fault-free chunks made no
- * difference to the misses (simulated); best fit (fewest pages) doubled
- * them, as larger requests then found their chunks taken. Drawing among the
- * close fits first: in 600 ops after 1500 (the quarantine still filling)
- * 0.45 faults/op median of 8 runs, 0.28..0.65, against 0.76, 0.01..1.65
- * drawing among all fits; 2 threads 0.71 against 1.72 (3 runs). */
-static uint32_t q_fit(size_t need, size_t align) {
-  bool newest = S.strategy == QM_STRATEGY_NONE;
-  /* with the quarantine off the freed chunks are only a cache, and one that
-   * fits nothing only grows the set of chunks until the budget drops pages
-   * that then refault (measured: 0.6 faults/op in 2-thread churn at 50%,
-   * 0.01 at 300%) */
-  size_t waste = qm__opt.reuse_max_waste_pct;
-  if (newest && waste < 300)
-    waste = 300;
-  size_t hot_max = need + need * waste / 100, far = need * 4;
-  if (far < hot_max)
-    far = hot_max;
-  demand_note(need);
-  size_t close_max = need + need / 4;
-  uint32_t pick = NIL, alt = NIL;
-  size_t alt_cost = SIZE_MAX;
-  bool pick_close = false;
-  unsigned fits = 0, scanned = 0;
-  for (unsigned c = pclass(need); c <= pclass(far) && scanned < SCAN; c++) {
-    for (uint32_t i = S.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
-      const block_t *b = B(i);
-      if (b->cap < need || (b->usable & (align - 1)))
-        continue;
-      if (b->dirty >= need && b->dirty <= hot_max) {
-        /* a close fit (at most a quarter to spare) beats a loose one: the
-         * loose ones are left to the larger requests they also fit */
-        bool close = b->dirty <= close_max;
-        if (pick != NIL && pick_close && !close)
-          continue;
-        bool restart = pick != NIL && close && !pick_close; /* the draw starts again */
-        fits = restart ? 1 : fits + 1;
-        if (restart || (newest ? pick == NIL || b->seq > B(pick)->seq : rnd_below(fits) == 0)) {
-          pick = i;
-          pick_close = close;
-        }
-        continue;
-      }
-      size_t cost = b->dirty < need ? need - b->dirty : (b->dirty - need) / 2;
-      if (b->dirty <= far && cost < alt_cost) {
-        alt = i;
-        alt_cost = cost;
-      }
-    }
-    if (pick != NIL && c >= pclass(hot_max))
-      return pick; /* past here no chunk is fault-free within the waste */
-  }
-  if (pick != NIL)
-    return pick;
-  if (alt != NIL && alt_cost < need)
-    return alt;
-  fits = 0;
-  for (unsigned c = pclass(need); c <= pclass(hot_max) && c < NBINS; c++) {
-    scanned = 0;
-    for (uint32_t i = S.cold[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
-      const block_t *b = B(i);
-      if (b->cap < need || b->cap > hot_max || (b->usable & (align - 1)))
-        continue;
-      fits++;
-      if (newest ? pick == NIL || b->seq > B(pick)->seq : rnd_below(fits) == 0)
-        pick = i;
-    }
-  }
-  return pick;
-}
-
-/* Takes a BUSY chunk's address out of the table before its mapping goes
- * (under S.lock): once munmap returns, mmap may hand the same address to
- * another thread, whose chunk must not meet this record. The record itself
- * is released after the munmap (unmapped()). */
-static void forget(uint32_t i) {
-  block_t *b = B(i);
-  S.maps -= b->vmas;
-  b->vmas = 0;
-  S.mapped_bytes -= b->span;
-  tab_remove(b->usable);
-}
-
-/* Unmaps a forgotten chunk; where even that is refused (a VMA split at the
- * mapping cap), its pages at least are dropped: the address space stays
- * lost, the memory does not. Without the lock. */
-static void unmap_forgotten(uint32_t i) {
-  block_t *b = B(i);
-  if (qm_os_unmap((void *)b->base, b->span))
-    qm_os_dontneed((void *)b->usable, b->cap << qm__page_shift);
-}
-
-/* ---- victims: chunks leaving the quarantine (unmapped) or losing their
- * pages (dropped), chosen under the lock, worked on outside it ---- */
-
-typedef struct victims {
-  uint32_t unmap[VICTIMS], drop[VICTIMS];
-  unsigned nunmap, ndrop;
-} victims_t;
-
-/* Takes the oldest quarantined chunk to be unmapped: an aged one, or with
- * `unaged_too` any (only the mapping budget asks that: past it, mmap would
- * fail). Aged chunks are the FIFO's prefix up to S.age. */
-static bool take_unmap_victim(victims_t *v, bool unaged_too) {
-  for (uint32_t i = S.qhead; i != NIL && (unaged_too || i != S.age); i = B(i)->qnext) {
-    if (B(i)->state != B_QUAR)
-      continue;
-    q_unlink(i);
-    B(i)->state = B_BUSY;
-    forget(i);
-    v->unmap[v->nunmap++] = i;
-    return true;
-  }
-  return false;
-}
-
-/* The resident pages the budget covers: quarantined chunks' and the ones
- * live chunks hold past their RW part. */
-static size_t resident_pages(void) { return S.qresident + S.ltail; }
-
-static size_t budget_pages(void) { return (qm__opt.quarantine_mb << 20) >> qm__page_shift; }
-
-/* Whether the quarantine is past one of its limits (under S.lock). */
-static bool q_over(void) {
-  return S.qcount > qm__opt.quarantine_max_chunks || S.maps > S.map_budget ||
-         resident_pages() > budget_pages();
-}
-
-/* The aged resident chunk least likely to be asked for: from the hot bin
- * with the most chunks for the requests lately made of the sizes it serves
- * (its own class and the two below: within reuse_max_waste_pct), the
- * larger class on a tie. NIL if no aged chunk has a page resident. */
-static uint32_t surplus_victim(void) {
-  unsigned best = NBINS;
-  uint64_t best_n = 0, best_d = 1;
-  for (unsigned c = 0; c < NBINS; c++) {
-    if (!S.nhot[c])
-      continue;
-    uint64_t d =
-        1 + (uint64_t)S.demand[c] + (c ? S.demand[c - 1] : 0) + (c > 1 ? S.demand[c - 2] : 0);
-    /* n / d >= best_n / best_d, compared without dividing */
-    if (best == NBINS || S.nhot[c] * best_d >= best_n * d) {
-      best = c;
-      best_n = S.nhot[c];
-      best_d = d;
-    }
-  }
-  return best == NBINS ? NIL : S.hot[best];
-}
-
-/* The youngest quarantined chunk with pages resident: the last to be reused,
- * so the one whose pages are dropped when only the window is left. */
-static uint32_t youngest_resident(void) {
-  for (uint32_t i = S.qtail; i != NIL; i = B(i)->qprev)
-    if (B(i)->state == B_QUAR && B(i)->dirty)
-      return i;
-  return NIL;
-}
-
-/* Chooses what must go so that the quarantine respects its chunk cap, the
- * mapping budget (with `extra_maps` about to be added) and its resident
- * budget. The cap counts aged chunks only: the window wins over it. Past the
- * resident budget the aged chunks of the least asked-for sizes lose their
- * pages first (the oldest, as before, were the ones next in line for
- * reuse), and only then the youngest chunks in the window. A chunk without
- * pages stays mapped, cold: reusing it saves an mmap. Returns true when v is
- * full and the caller should call again. */
-static bool q_enforce(victims_t *v, size_t extra_maps) {
-  q_age();
-  while (v->nunmap < VICTIMS && S.qcount > qm__opt.quarantine_max_chunks)
-    if (!take_unmap_victim(v, false))
-      break;
-  while (v->nunmap < VICTIMS && S.maps + extra_maps > S.map_budget)
-    if (!take_unmap_victim(v, false) && !take_unmap_victim(v, true))
-      break;
-  size_t budget = budget_pages();
-  while (resident_pages() > budget && S.qresident && v->nunmap < VICTIMS && v->ndrop < VICTIMS) {
-    uint32_t i = surplus_victim();
-    if (i == NIL)
-      i = youngest_resident();
-    if (i == NIL)
-      break;
-    bin_remove(i);              /* binned again, cold, once its pages are gone */
-    S.qresident -= B(i)->dirty; /* counted as gone now; the drop follows */
-    B(i)->state = B_BUSY;
-    v->drop[v->ndrop++] = i;
-  }
-  return v->nunmap == VICTIMS || v->ndrop == VICTIMS;
-}
-
-static void process_victims(victims_t *v) {
-  for (unsigned k = 0; k < v->nunmap; k++)
-    unmap_forgotten(v->unmap[k]);
-  for (unsigned k = 0; k < v->ndrop; k++) {
-    block_t *b = B(v->drop[k]);
-    qm__range_drop(S.strategy, (void *)b->usable, b->dirty << qm__page_shift);
-  }
-  if (!v->nunmap && !v->ndrop)
-    return;
-  qm_lock(&S.lock);
-  for (unsigned k = 0; k < v->nunmap; k++)
-    rec_free(v->unmap[k]);
-  for (unsigned k = 0; k < v->ndrop; k++) {
-    block_t *b = B(v->drop[k]);
-    b->dirty = 0;
-    b->state = B_QUAR;
-    if (!(b->flags & F_NOREUSE) && aged(b)) /* q_age may have passed it */
-      bin_insert(v->drop[k]);
-  }
-  S.unmaps += v->nunmap;
-  S.drops += v->ndrop;
-  qm_unlock(&S.lock);
-  v->nunmap = v->ndrop = 0;
-}
-
-/* Enforces every quarantine limit, however many rounds it takes. */
-static void enforce(size_t extra_maps) {
-  victims_t v = {.nunmap = 0};
-  bool more;
-  do {
-    qm_lock(&S.lock);
-    more = q_enforce(&v, extra_maps);
-    qm_unlock(&S.lock);
-    process_victims(&v);
-  } while (more);
-}
-
-/* Unmaps every quarantined chunk, or only the aged ones; returns whether
- * there was any. */
-static bool unmap_quarantine(bool unaged_too) {
-  bool any = false;
-  for (;;) {
-    victims_t v = {.nunmap = 0};
-    qm_lock(&S.lock);
-    q_age();
-    while (v.nunmap < VICTIMS && take_unmap_victim(&v, unaged_too))
-      ;
-    qm_unlock(&S.lock);
-    if (!v.nunmap)
-      return any;
-    any = true;
-    process_victims(&v);
-  }
-}
-
 /* ---- initialisation ---- */
-
-static void fault_handler_install(void);
 
 static void ensure_ready(void) {
   if (QM_LIKELY(atomic_load_explicit(&S.ready, memory_order_acquire)))
@@ -773,7 +59,7 @@ static void ensure_ready(void) {
     S.frames = (unsigned)qm__opt.stack_frames;
     for (unsigned c = 0; c < NBINS; c++)
       S.hot[c] = S.cold[c] = NIL;
-    blk_reserve();
+    qm__blk_reserve();
     long long sys = qm_os_read_number("/proc/sys/vm/max_map_count");
     if (sys <= 0)
       sys = 65530;
@@ -806,7 +92,7 @@ static void *fail_enomem(void) {
  * many of its first bytes may be non-zero: calloc must clear those. */
 static size_t hand_out_locked(uint32_t i, size_t size, size_t need, bool reused, const trace_t *t) {
   block_t *b = B(i);
-  note_alloc(i, t);
+  qm__note_alloc(i, t);
   size_t nonzero = b->dirty << qm__page_shift;
   if (reused && S.strategy == QM_STRATEGY_PROTECT && S.fast)
     S.avoided += b->dirty < need ? b->dirty : need;
@@ -818,7 +104,7 @@ static size_t hand_out_locked(uint32_t i, size_t size, size_t need, bool reused,
   b->size = size;
   b->state = B_LIVE;
   b->flags &= (uint8_t)~F_FREED;
-  set_vmas(b, true);
+  qm__set_vmas(b, true);
   S.live++;
   S.live_bytes += size;
   S.allocs++;
@@ -833,10 +119,10 @@ static void *hand_out(uint32_t i, size_t size, size_t need, bool zero, bool reus
                       const trace_t *t) {
   qm_lock(&S.lock);
   size_t nonzero = hand_out_locked(i, size, need, reused, t);
-  bool over = q_over();
+  bool over = qm__q_over();
   qm_unlock(&S.lock);
   if (over)
-    enforce(0);
+    qm__q_enforce_all(0);
   if (zero && nonzero)
     memset((void *)B(i)->usable, 0, nonzero);
   return (void *)B(i)->usable;
@@ -850,7 +136,7 @@ static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreu
   bool huge = want_thp(cap);
   if (huge && align < S.thp_size)
     align = S.thp_size;
-  enforce(3);
+  qm__q_enforce_all(3);
   qm_range_t r;
   int err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift,
                           thp_advice(cap), &r);
@@ -858,13 +144,13 @@ static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreu
    * window itself only as the last resort (failing instead would leave a
    * program that freed everything unable to allocate again) */
   for (int round = 0; err == ENOMEM && round < 2; round++)
-    if (unmap_quarantine(round == 1))
+    if (qm__q_unmap_all(round == 1))
       err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift,
                           thp_advice(cap), &r);
   if (err)
     return fail_enomem();
   qm_lock(&S.lock);
-  uint32_t i = tab_reserve() ? rec_alloc() : NIL;
+  uint32_t i = qm__tab_reserve() ? qm__rec_alloc() : NIL;
   if (i == NIL) {
     qm_unlock(&S.lock);
     qm_os_unmap((void *)r.base, r.span);
@@ -882,7 +168,7 @@ static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreu
                  .qnext = NIL,
                  .bprev = NIL,
                  .bnext = NIL};
-  tab_insert(b->usable, i);
+  qm__tab_insert(b->usable, i);
   S.mapped_bytes += r.span;
   S.fresh++;
   qm_unlock(&S.lock);
@@ -893,11 +179,11 @@ static void *fresh(size_t size, size_t need, size_t align, bool zero, bool noreu
  * it: never leave a chunk half-protected. */
 static void discard_block(uint32_t i) {
   qm_lock(&S.lock);
-  forget(i);
+  qm__forget(i);
   qm_unlock(&S.lock);
-  unmap_forgotten(i);
+  qm__unmap_forgotten(i);
   qm_lock(&S.lock);
-  rec_free(i);
+  qm__rec_free(i);
   S.unmaps++;
   qm_unlock(&S.lock);
 }
@@ -907,24 +193,24 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
     return fail_enomem();
   ensure_ready();
   trace_t t;
-  trace_capture(&t);
+  qm__trace_capture(&t);
   size_t need = qm_pages(size ? size : 1);
   if (align < qm__page)
     align = qm__page;
   bool noreuse = need << qm__page_shift >= qm__opt.unmap_threshold_mb << 20;
   if (!noreuse && S.strategy != QM_STRATEGY_UNMAP) {
     qm_lock(&S.lock);
-    q_age();
-    uint32_t i = q_fit(need, align);
+    qm__q_age();
+    uint32_t i = qm__q_fit(need, align);
     if (i != NIL) {
-      q_unlink(i);
+      qm__q_unlink(i);
       B(i)->state = B_BUSY;
       if (need <= B(i)->rw) { /* open already (strategy none): no syscall */
         size_t nonzero = hand_out_locked(i, size, need, true, &t);
-        bool over = q_over();
+        bool over = qm__q_over();
         qm_unlock(&S.lock);
         if (over)
-          enforce(0);
+          qm__q_enforce_all(0);
         if (zero && nonzero)
           memset((void *)B(i)->usable, 0, nonzero);
         return (void *)B(i)->usable;
@@ -976,7 +262,7 @@ static _Noreturn void report_bad_pointer(const char *what, void *p) {
  * not a live chunk's user pointer. Returns with S.lock held. */
 static uint32_t find_live_locked(void *p, const char *what) {
   qm_lock(&S.lock);
-  uint32_t i = tab_find((uintptr_t)p);
+  uint32_t i = qm__tab_find((uintptr_t)p);
   if (i == NIL) {
     qm_unlock(&S.lock);
     report_bad_pointer(what, p);
@@ -1003,22 +289,6 @@ static bool unmap_on_free(const block_t *b) {
          S.maps - b->vmas + qm__range_vmas(S.strategy, none) > S.map_budget;
 }
 
-/* Puts a BUSY chunk, its range retired, into the quarantine (under S.lock);
- * returns whether the caller must enforce() the limits. */
-static bool q_enter(uint32_t i, bool dropped) {
-  block_t *b = B(i);
-  if (dropped)
-    b->dirty = 0;
-  if (S.strategy != QM_STRATEGY_NONE)
-    b->rw = 0;
-  b->state = B_QUAR;
-  b->seq = S.frees;
-  b->mark = S.freed_bytes;
-  set_vmas(b, S.strategy == QM_STRATEGY_NONE);
-  q_append(i);
-  return q_over();
-}
-
 /* Moves a BUSY chunk that left the user into the quarantine (or unmaps it
  * where the quarantine cannot hold it). */
 static void retire_block(uint32_t i, bool unmap_now) {
@@ -1033,10 +303,10 @@ static void retire_block(uint32_t i, bool unmap_now) {
       return;
     }
     qm_lock(&S.lock);
-    bool over = q_enter(i, dropped);
+    bool over = qm__q_enter(i, dropped);
     qm_unlock(&S.lock);
     if (over)
-      enforce(0);
+      qm__q_enforce_all(0);
     return;
   }
   discard_block(i);
@@ -1046,23 +316,23 @@ void qm__large_free(void *p) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
     qm__report_fatal("invalid free of", p, "not allocated by qmalloc");
   trace_t t;
-  trace_capture(&t);
+  qm__trace_capture(&t);
   uint32_t i = find_live_locked(p, "invalid free of");
   block_t *b = B(i);
   b->state = B_BUSY;
   b->flags |= F_FREED;
   S.ltail -= tail_pages(b);
   S.frees++;
-  note_free(i, &t);
+  qm__note_free(i, &t);
   S.freed_bytes += b->size;
   S.live--;
   S.live_bytes -= b->size;
   bool none = S.strategy == QM_STRATEGY_NONE, unmap_now = unmap_on_free(b);
   if (none && !unmap_now) { /* nothing to retire: straight in, one lock */
-    bool over = q_enter(i, false);
+    bool over = qm__q_enter(i, false);
     qm_unlock(&S.lock);
     if (over)
-      enforce(0);
+      qm__q_enforce_all(0);
     return;
   }
   qm_unlock(&S.lock);
@@ -1104,7 +374,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
     return NULL;
   /* the record first: once the pages have moved, the way back could fail */
   qm_lock(&S.lock);
-  uint32_t i = tab_reserve() ? rec_alloc() : NIL;
+  uint32_t i = qm__tab_reserve() ? qm__rec_alloc() : NIL;
   if (i != NIL)
     B(i)->state = B_BUSY;
   qm_unlock(&S.lock);
@@ -1127,7 +397,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
     if (err == EINVAL)
       S.no_dontunmap = true; /* before Linux 5.7: copy from now on */
     qm_lock(&S.lock);
-    rec_free(i);
+    qm__rec_free(i);
     qm_unlock(&S.lock);
     return NULL;
   }
@@ -1147,9 +417,9 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
                  .qnext = NIL,
                  .bprev = NIL,
                  .bnext = NIL};
-  set_vmas(b, true);
-  note_alloc(i, t);
-  tab_insert(r.usable, i);
+  qm__set_vmas(b, true);
+  qm__note_alloc(i, t);
+  qm__tab_insert(r.usable, i);
   S.mapped_bytes += r.span;
   S.fresh++;
   S.moved++;
@@ -1165,7 +435,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
     o->dirty = 0;
   o->flags |= F_FREED;
   S.frees++;
-  note_free(old, t);
+  qm__note_free(old, t);
   S.freed_bytes += o->size;
   S.live--;
   S.live_bytes -= o->size;
@@ -1179,7 +449,7 @@ void *qm__large_realloc(void *p, size_t size) {
   if (size > QM_MAX_REQUEST)
     return fail_enomem();
   trace_t t;
-  trace_capture(&t);
+  qm__trace_capture(&t);
   uint32_t i = find_live_locked(p, "realloc of");
   block_t *b = B(i);
   size_t need = qm_pages(size);
@@ -1250,36 +520,7 @@ void *qm__large_realloc(void *p, size_t size) {
   return q;
 }
 
-/* ---- trim, flush, stats, fork ---- */
-
-void qm__large_flush(void) {
-  if (atomic_load_explicit(&S.ready, memory_order_acquire))
-    unmap_quarantine(true);
-}
-
-size_t qm__large_trim(void) {
-  if (!atomic_load_explicit(&S.ready, memory_order_acquire))
-    return 0;
-  size_t total = 0;
-  for (;;) {
-    victims_t v = {.nunmap = 0};
-    qm_lock(&S.lock);
-    for (uint32_t i = S.qhead; i != NIL && v.ndrop < VICTIMS; i = B(i)->qnext) {
-      block_t *b = B(i);
-      if (b->state != B_QUAR || !b->dirty)
-        continue;
-      bin_remove(i); /* binned again, cold, once its pages are gone */
-      S.qresident -= b->dirty;
-      total += b->dirty << qm__page_shift;
-      b->state = B_BUSY;
-      v.drop[v.ndrop++] = i;
-    }
-    qm_unlock(&S.lock);
-    if (!v.ndrop)
-      return total;
-    process_victims(&v);
-  }
-}
+/* ---- stats, fork ---- */
 
 void qm__large_stats(qm_stats_t *s) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
@@ -1330,25 +571,6 @@ size_t qm__large_object_size(uintptr_t a) {
   return r;
 }
 
-size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {
-  size_t n = 0;
-  qm_lock(&S.lock);
-  if (S.blk && n < cap) {
-    out[n][0] = (uintptr_t)S.blk;
-    out[n++][1] = (uintptr_t)S.blk + qm_page_up(S.blk_max * sizeof(block_t));
-  }
-  if (S.tab && n < cap) {
-    out[n][0] = (uintptr_t)S.tab;
-    out[n++][1] = (uintptr_t)S.tab + qm_page_up(S.tab_cap * sizeof(slot_t));
-  }
-  for (size_t k = 0; k < S.stk_committed / STK_SEG && n < cap; k++) {
-    out[n][0] = (uintptr_t)S.stk[k];
-    out[n++][1] = (uintptr_t)S.stk[k] + stk_seg_bytes();
-  }
-  qm_unlock(&S.lock);
-  return n;
-}
-
 /* The secondary's part of the fork lock order: its init lock, the probe
  * lock (taken inside it by ensure_ready), then its own lock. */
 void qm__large_fork_prepare(void) {
@@ -1364,209 +586,9 @@ void qm__large_fork_parent(void) {
 /* A chunk another thread had BUSY at fork stays BUSY in the child: its
  * owner does not exist there, so the chunk is simply never touched again. */
 void qm__large_fork_child(void) {
-  rnd_fork();
+  qm__q_rnd_fork();
   qm__unwind_fork_child();
   qm_lock_reinit(&S.lock);
   qm__probe_fork_child();
   qm_lock_reinit(&S.init_lock);
-}
-
-/* ---- describing addresses, and the SIGSEGV report ---- */
-
-bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
-  if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !S.blk)
-    return false;
-  size_t n = S.nblk;
-  for (size_t i = 0; i < n; i++) {
-    const block_t *b = &S.blk[i];
-    if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
-      continue;
-    /* a racy read of the record: the fault came from an access to it, so
-     * at worst the words are those of a moment earlier */
-    bool freed = b->state == B_QUAR || (b->state == B_BUSY && (b->flags & F_FREED));
-    if (a < b->usable) {
-      *what = "heap underflow";
-      qm_buf_dec(d, b->usable - a);
-      qm_buf_str(d, b->usable - a == 1 ? " byte before " : " bytes before ");
-    } else if (freed) {
-      *what = "use-after-free";
-      qm_buf_str(d, "offset ");
-      qm_buf_dec(d, a - b->usable);
-      qm_buf_str(d, " in freed ");
-    } else if (a - b->usable >= b->size) {
-      *what = "heap overflow";
-      size_t past = a - b->usable - b->size + 1;
-      qm_buf_dec(d, past);
-      qm_buf_str(d, past == 1 ? " byte past the end of " : " bytes past the end of ");
-    } else {
-      *what = "access";
-      qm_buf_str(d, "offset ");
-      qm_buf_dec(d, a - b->usable);
-      qm_buf_str(d, " in ");
-    }
-    qm_buf_str(d, "large chunk of ");
-    qm_buf_dec(d, b->size);
-    qm_buf_str(d, " bytes at ");
-    qm_buf_hex(d, b->usable);
-    return true;
-  }
-  return false;
-}
-
-static void put_stack(const uintptr_t *pc, unsigned n) {
-  qm_buf_t b;
-  if (!n) {
-    b.n = 0;
-    qm_buf_str(&b, "    (no stack recorded)\n");
-    qm__report_out(&b);
-  }
-  for (unsigned k = 0; k < n; k++) {
-    b.n = 0;
-    qm_buf_str(&b, "    ");
-    qm__frame_format(&b, k, pc[k]);
-    qm_buf_str(&b, "\n");
-    qm__report_out(&b);
-  }
-}
-
-void qm__large_report_stacks(const void *addr) {
-  uintptr_t a = (uintptr_t)addr;
-  if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !S.blk || !S.frames)
-    return;
-  size_t n = S.nblk;
-  for (size_t i = 0; i < n; i++) {
-    const block_t *b = &S.blk[i];
-    if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
-      continue;
-    stk_t *e = stk_at((uint32_t)i);
-    if (!e)
-      return;
-    /* racy reads, as in qm__large_describe: counts are clamped */
-    const uintptr_t *pcs = stk_pcs(e);
-    unsigned nf = e->nfree < S.frames ? e->nfree : S.frames;
-    unsigned na = e->nalloc < S.frames ? e->nalloc : S.frames;
-    bool freed = b->state == B_QUAR || (b->state == B_BUSY && (b->flags & F_FREED));
-    qm_buf_t l;
-    l.n = 0;
-    if (freed) {
-      uint64_t now = qm__clock_ms();
-      qm_buf_str(&l, "  freed by thread ");
-      qm_buf_dec(&l, e->free_tid);
-      qm_buf_str(&l, ", ");
-      qm_buf_dec(&l, S.frees - e->free_seq);
-      qm_buf_str(&l, " large frees and ");
-      qm_buf_dec(&l, now > e->free_ms ? now - e->free_ms : 0);
-      qm_buf_str(&l, " ms ago, here:\n");
-      qm__report_out(&l);
-      put_stack(pcs + S.frames, nf);
-      qm_buf_str(&l, "  previously allocated by thread ");
-    } else {
-      qm_buf_str(&l, "  allocated by thread ");
-    }
-    qm_buf_dec(&l, e->alloc_tid);
-    qm_buf_str(&l, " here:\n");
-    qm__report_out(&l);
-    put_stack(pcs, na);
-    return;
-  }
-}
-
-/* Puts back the default action for SIGSEGV. SA_RESETHAND did so already
- * when this handler was called as installed; a handler installed later that
- * calls this one for faults it does not own has its own disposition in
- * place, and returning would retry the fault into it for ever. With the
- * default action, the retried access kills the process, as it would have
- * without qmalloc (a blocked SIGSEGV from a fault is forced through). */
-static void default_action(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = SIG_DFL;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGSEGV, &sa, NULL);
-}
-
-/* The first line of a SIGSEGV explanation; whether addr is a large chunk's. */
-static __attribute__((noinline)) bool segv_line(uintptr_t a, const void *ctx, bool *large) {
-  qm_buf_t d;
-  d.n = 0;
-  const char *what = NULL;
-  *large = qm__large_describe(a, &what, &d);
-  if (!*large && !qm__small_describe(a, &what, &d))
-    return false;
-  char w[96];
-  size_t n = 0;
-  const char *parts[3] = {what, "", " at"};
-#if defined(__x86_64__)
-  const ucontext_t *uc = ctx;
-  parts[1] = uc->uc_mcontext.gregs[REG_ERR] & 2 ? " (write)" : " (read)";
-#else
-  (void)ctx;
-#endif
-  for (unsigned k = 0; k < 3; k++)
-    for (const char *c = parts[k]; *c && n < sizeof w - 1; c++)
-      w[n++] = *c;
-  w[n] = 0;
-  qm__report_line(w, (const void *)a, d.s, d.n);
-  return true;
-}
-
-/* The stack of the faulting access: unwound through the signal frame, and
- * printed from the interrupted instruction on. */
-static __attribute__((noinline)) void segv_stack(const void *ctx) {
-  uintptr_t pc[QM_STACK_MAX];
-  unsigned n = qm__stack_capture(pc, QM_STACK_MAX), k = 0;
-#if defined(__x86_64__)
-  const ucontext_t *uc = ctx;
-  uintptr_t ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
-  while (k < n && pc[k] != ip)
-    k++;
-  if (k == n)
-    k = 0;
-#else
-  (void)ctx;
-#endif
-  qm_buf_t b;
-  b.n = 0;
-  qm_buf_str(&b, "  accessed by thread ");
-  qm_buf_dec(&b, qm__thread_id());
-  qm_buf_str(&b, " here:\n");
-  qm__report_out(&b);
-  put_stack(pc + k, n - k < S.frames ? n - k : S.frames);
-}
-
-static void on_segv(int sig, siginfo_t *si, void *ctx) {
-  default_action();
-  if (si->si_code <= 0) { /* sent by kill() or raise(): deliver it as sent */
-    raise(sig);
-    return;
-  }
-  /* print only: returning retries the access under the default action, so
-   * the process dies of the SIGSEGV itself, as it would without qmalloc */
-  uintptr_t a = (uintptr_t)si->si_addr;
-  bool large;
-  if (!segv_line(a, ctx, &large))
-    return; /* the retried access kills */
-  if (large && S.frames) {
-    segv_stack(ctx);
-    qm__large_report_stacks((const void *)a);
-  }
-}
-
-/* Installed only over the default disposition, one-shot: a program that
- * handles SIGSEGV itself replaces it and sees no difference. */
-void qm__fault_report_init(void) {
-  if (qm__opt.fault_report)
-    fault_handler_install();
-}
-
-static void fault_handler_install(void) {
-  struct sigaction old;
-  if (sigaction(SIGSEGV, NULL, &old) || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO))
-    return;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_segv;
-  sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGSEGV, &sa, NULL);
 }

@@ -11,7 +11,10 @@
 #include <stdint.h>
 
 #include "fmt.h"
+#include "large_record.h"
+#include "large_report.h"
 #include "qmalloc.h"
+#include "quarantine.h"
 
 /* NULL with errno ENOMEM on failure. align: a power of two (page or more is
  * honoured exactly; less is rounded up to a page). zero: calloc semantics. */
@@ -24,35 +27,14 @@ size_t qm__large_usable(void *p, const char *op);
 void *qm__large_realloc(void *p, size_t size);
 /* The requested size of a live chunk; reports as op otherwise. */
 size_t qm__large_size(void *p, const char *op);
-/* Drops the pages of every quarantined chunk; returns the bytes dropped. */
-size_t qm__large_trim(void);
-/* Unmaps every quarantined chunk (tests start from an empty quarantine). */
-void qm__large_flush(void);
 void qm__large_stats(qm_stats_t *s);
 /* The most mappings the secondary held at once (its estimate). */
 size_t qm__large_mappings_peak(void);
-/* Describes addr if it is in a large chunk's mapping: *what gets the kind of
- * access error ("use-after-free", "heap overflow", ...), details the rest.
- * Lock-free and allocation-free: called from the SIGSEGV handler. */
-bool qm__large_describe(uintptr_t addr, const char **what, qm_buf_t *details);
-/* The lines that follow a report about the large chunk whose mapping holds
- * addr: the thread and stack that freed it and how long ago, the thread
- * and stack that allocated it. Lock-free and allocation-free, like
- * qm__large_describe. Nothing when addr is in no large chunk. */
-void qm__large_report_stacks(const void *addr);
-
-/* Installs the SIGSEGV handler that explains faults in qmalloc's guards
- * (option fault_report), once, at init. */
-void qm__fault_report_init(void);
 
 /* malloc_object_size for an address outside the primary: bytes from a to
  * the end of the live chunk holding it, 0 in a freed chunk or a guard page,
  * SIZE_MAX outside every large chunk's mapping. */
 size_t qm__large_object_size(uintptr_t a);
-
-/* The record table's, the hash table's and the stack table's mappings, as
- * [lo, hi) pairs. */
-size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap);
 
 void qm__large_fork_prepare(void);
 void qm__large_fork_parent(void);

@@ -15,6 +15,7 @@
 #include <unwind.h>
 
 #include "init.h"
+#include "report.h"
 
 /* Why libgcc's unwinder and not a frame-pointer walk (bench/unwind_cost.c
  * measures both): Debian's libc and most programs are built without frame
@@ -269,5 +270,21 @@ void qm__frame_format(qm_buf_t *b, unsigned n, uintptr_t pc) {
     qm_buf_str(b, sym);
     qm_buf_str(b, "+");
     qm_buf_hex(b, pc - start);
+  }
+}
+
+void qm__stack_print(const uintptr_t *pc, unsigned n) {
+  qm_buf_t b;
+  if (!n) {
+    b.n = 0;
+    qm_buf_str(&b, "    (no stack recorded)\n");
+    qm__report_out(&b);
+  }
+  for (unsigned k = 0; k < n; k++) {
+    b.n = 0;
+    qm_buf_str(&b, "    ");
+    qm__frame_format(&b, k, pc[k]);
+    qm_buf_str(&b, "\n");
+    qm__report_out(&b);
   }
 }

@@ -33,4 +33,8 @@ void qm__unwind_fork_child(void);
  * dl_iterate_phdr, the symbol from the module's dynamic symbol table. */
 void qm__frame_format(qm_buf_t *b, unsigned n, uintptr_t pc);
 
+/* Prints n frames, one a line indented by four, with qm__report_out();
+ * "(no stack recorded)" for none. */
+void qm__stack_print(const uintptr_t *pc, unsigned n);
+
 #endif

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "fault.h"
 #include "fmt.h"
 #include "guarded.h"
 #include "init.h"

@@ -1,0 +1,159 @@
+/* large.h: what the files of the secondary share: the record of a large
+ * chunk (block_t), the hash slot, and the one state they all work on (S,
+ * under S.lock), with the page classes. Only secondary.c, large_record.c,
+ * quarantine.c and large_report.c include it; the rest of qmalloc sees
+ * secondary.h. Invariants are stated where each part is owned.
+ */
+#ifndef QM_LARGE_H
+#define QM_LARGE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lock.h"
+#include "qm.h"
+#include "stack.h"
+
+#define NIL UINT32_MAX
+#define NBINS 160
+#define MAX_RECORDS ((size_t)1 << 20) /* the most chunks the mapping cap allows, and more */
+#define SCAN 32          /* chunks a request looks at: bounds the time under the lock */
+#define DEMAND_HALF 4096 /* requests after which the demand counts are halved */
+
+enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
+/* F_FREED: the chunk left the user (freed, or the old range of a realloc
+ * move) and has not been handed out since; a BUSY chunk with it is being
+ * retired or dropped, one without it is being resized or revived. */
+/* F_SPLIT: the RW pages may be several VMAs. A realloc move puts the old
+ * pages in front of pages of the new mapping, and the two never merge (their
+ * vm_pgoff differ), so a chunk that came from a move keeps two or more. */
+/* F_COLD: in a cold bin (no page resident), while F_INBIN. */
+enum { F_NOREUSE = 1, F_INBIN = 2, F_FREED = 4, F_SPLIT = 8, F_COLD = 16 };
+
+typedef struct block {
+  uintptr_t base, usable; /* the mapping, and its first usable page = user pointer */
+  size_t span, size;      /* mapping bytes (guards included); requested bytes */
+  size_t cap, rw, dirty;  /* pages: usable, RW now, possibly non-zero */
+  uint64_t seq, mark;     /* large frees / bytes freed when it was quarantined */
+  uint32_t qprev, qnext, bprev, bnext;
+  uint8_t state, flags, vmas, bclass; /* bclass: its bin while F_INBIN */
+} block_t;
+
+typedef struct slot {
+  uintptr_t key; /* a chunk's user pointer; 0 = empty */
+  uint32_t idx;
+} slot_t;
+
+#define STK_SEG ((size_t)1 << 13) /* 2.25 MiB of stack entries at 16 frames */
+
+typedef struct qm_large {
+  qm_lock_t lock;
+  qm_lock_t init_lock;
+  atomic_int ready;
+  int strategy;
+  bool fast; /* the kernel keeps protect-strategy reuse fault-free */
+  block_t *blk;
+  size_t nblk, blk_committed, blk_max; /* records in use (high water), RW, reserved */
+  uint32_t free_rec;
+  slot_t *tab;
+  size_t tab_cap, tab_used;
+  uint32_t qhead, qtail, age; /* quarantine FIFO, oldest first; first not aged */
+  /* aged chunks: hot[] by resident pages (dirty), cold[] (none resident) by
+   * capacity; nhot[] counts the hot bins, demand[] the requests per class */
+  uint32_t hot[NBINS], cold[NBINS], nhot[NBINS], demand[NBINS];
+  uint32_t demand_clock;
+  uint64_t rng;                     /* the reuse choice; 0 until seeded */
+  size_t qcount, qpages, qresident; /* chunks, usable pages, resident pages */
+  size_t ltail;                     /* resident pages live chunks hold past their RW part */
+  uint64_t frees, freed_bytes;      /* the clocks quarantine age is read on */
+  size_t maps, map_budget;
+  size_t live, live_bytes, mapped_bytes;
+  uint64_t allocs, reuses, fresh, unmaps, drops, avoided, in_place, moved;
+  bool no_dontunmap;
+  size_t thp_size; /* PMD size where transparent huge pages can be had, else 0 */
+  /* the stack table: per record, frames allocating then frames freeing */
+  uintptr_t *stk[MAX_RECORDS / ((size_t)1 << 13)];
+  unsigned frames;      /* option stack_frames */
+  size_t stk_committed; /* records whose entries are mapped */
+  size_t maps_peak;
+} qm_large_t;
+
+/* Defined in large_record.c. The short name keeps the code that moved out of
+ * one file as it was. */
+extern qm_large_t qm__large;
+#define S qm__large
+
+/* Page classes, four per doubling: bins of quarantined chunks by capacity,
+ * and the capacity a fresh chunk is given, so that a chunk freed by one
+ * request fits later ones of nearby sizes. Rounding up costs address space
+ * only: pages past the request stay PROT_NONE and are never touched. */
+static inline unsigned pclass(size_t n) {
+  if (n <= 4)
+    return n ? (unsigned)n - 1 : 0;
+  unsigned l = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1));
+  unsigned c = 4 + (l - 2) * 4 + (unsigned)(((n - 1) >> (l - 2)) - 4);
+  return c < NBINS ? c : NBINS - 1;
+}
+static inline size_t pclass_pages(unsigned c) {
+  if (c < 4)
+    return c + 1;
+  unsigned k = c - 4, l = 2 + k / 4;
+  return ((size_t)1 << l) + ((size_t)(k % 4 + 1) << (l - 2));
+}
+
+static inline block_t *B(uint32_t i) { return &S.blk[i]; }
+
+/* Resident pages a live chunk holds past its RW part: left by an earlier,
+ * larger use or by a shrink, inaccessible, and kept like quarantined pages
+ * (S.ltail sums them over live chunks). */
+static inline size_t tail_pages(const block_t *b) {
+  return b->dirty > b->rw ? b->dirty - b->rw : 0;
+}
+
+/* ---- large_record.c: records, the hash, the stack table, mapping counts ---- */
+
+/* A stack captured on the way in, before any lock (unwinding takes none of
+ * qmalloc's, but may take the loader's). */
+typedef struct trace {
+  uintptr_t pc[QM_STACK_MAX];
+  unsigned n;
+  uint32_t tid;
+} trace_t;
+
+/* One record's stack entry: who allocated and freed its chunk, and when it
+ * was freed; its frames follow (qm__stk_pcs). */
+typedef struct stk {
+  uint64_t free_seq, free_ms; /* large frees counted, and the clock, when freed */
+  uint32_t alloc_tid, free_tid;
+  uint8_t nalloc, nfree;
+} stk_t;
+
+bool qm__blk_reserve(void);
+uint32_t qm__rec_alloc(void);
+void qm__rec_free(uint32_t i);
+uint32_t qm__tab_find(uintptr_t k);
+bool qm__tab_reserve(void);
+void qm__tab_insert(uintptr_t k, uint32_t idx);
+void qm__set_vmas(block_t *b, bool live);
+void qm__forget(uint32_t i);
+void qm__unmap_forgotten(uint32_t i);
+void qm__trace_capture(trace_t *t);
+void qm__note_alloc(uint32_t i, const trace_t *t);
+void qm__note_free(uint32_t i, const trace_t *t);
+stk_t *qm__stk_at(uint32_t i);
+uintptr_t *qm__stk_pcs(stk_t *e);
+
+/* ---- quarantine.c: the FIFO, the bins, aging, budgets and the choice ---- */
+
+void qm__q_age(void);
+void qm__q_unlink(uint32_t i);
+uint32_t qm__q_fit(size_t need, size_t align);
+bool qm__q_enter(uint32_t i, bool dropped);
+bool qm__q_over(void);
+void qm__q_enforce_all(size_t extra_maps);
+bool qm__q_unmap_all(bool unaged_too);
+void qm__q_rnd_fork(void);
+
+#endif

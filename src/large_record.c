@@ -1,0 +1,245 @@
+/* large_record.c: the records of large chunks (a table reserved once and
+ * committed as it grows, so a record never moves and the SIGSEGV handler
+ * reads it without the lock), the address -> record hash, the stack table
+ * beside the records, and the count of mappings. Everything here runs
+ * under S.lock (the SIGSEGV handler's racy reads aside) and calls only down:
+ * the OS layer, the strategies' mapping counts, the unwinder.
+ */
+#include "large_record.h"
+
+#include <string.h>
+
+#include "large.h"
+#include "options.h"
+#include "os.h"
+#include "strategy.h"
+
+qm_large_t qm__large = {.lock = QM_LOCK_INIT, .init_lock = QM_LOCK_INIT};
+
+/* ---- the record table and the address -> record hash (under S.lock) ---- */
+
+/* Reserves the record table: as large as the address space allows, down to
+ * 2048 records under a tight RLIMIT_AS. Retried on later allocations if it
+ * failed at start-up, so one ENOMEM does not disable large chunks for good. */
+bool qm__blk_reserve(void) {
+  for (size_t n = MAX_RECORDS; n >= 2048; n /= 8) {
+    void *p;
+    /* guarded: records hold chunk addresses, and a committed prefix that
+     * reaches the end must not touch a neighbour */
+    if (qm_os_map_guarded(qm_page_up(n * sizeof(block_t)), QM_PROT_NONE, &p) == 0) {
+      S.blk_max = n;
+      S.blk = p;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* ---- the stack table, beside the records and grown with them (under
+ * S.lock): segments of STK_SEG records' entries, each mapped when the
+ * records reach it and never moved (the SIGSEGV report reads them without
+ * the lock), so its address space grows with use; records whose segment
+ * could not be mapped simply carry no stacks ---- */
+
+/* A record's entry is its stk_t, then S.frames allocating frames and
+ * S.frames freeing ones. Kept here and not in block_t, so that the records'
+ * reservation (1 Mi of them) does not grow with stacks, and stack_frames=0
+ * costs no address space. */
+static size_t stk_entry_bytes(void) {
+  return (sizeof(stk_t) + 7) / 8 * 8 + S.frames * 2 * sizeof(uintptr_t);
+}
+
+static size_t stk_seg_bytes(void) { return qm_page_up(STK_SEG * stk_entry_bytes()); }
+
+static void stk_grow(void) {
+  while (S.frames && S.stk_committed < S.blk_committed) {
+    size_t seg = S.stk_committed / STK_SEG;
+    if (seg >= sizeof S.stk / sizeof S.stk[0])
+      return;
+    void *p;
+    if (qm_os_map_guarded(stk_seg_bytes(), QM_PROT_RW, &p))
+      return; /* tried again when the records grow */
+    S.stk[seg] = p;
+    S.stk_committed = (seg + 1) * STK_SEG;
+  }
+}
+
+/* Record i's entry; NULL without one. */
+stk_t *qm__stk_at(uint32_t i) {
+  if (!S.frames || i >= S.stk_committed)
+    return NULL;
+  return (stk_t *)((char *)S.stk[i / STK_SEG] + (i % STK_SEG) * stk_entry_bytes());
+}
+
+/* Its frames: the allocating ones, then (at S.frames) the freeing ones. */
+uintptr_t *qm__stk_pcs(stk_t *e) { return (uintptr_t *)((char *)e + (sizeof(stk_t) + 7) / 8 * 8); }
+
+void qm__trace_capture(trace_t *t) {
+  t->n = S.frames ? qm__stack_capture(t->pc, S.frames) : 0;
+  t->tid = S.frames ? qm__thread_id() : 0;
+}
+
+/* Records t as chunk i's allocating stack (the chunk is the caller's). */
+void qm__note_alloc(uint32_t i, const trace_t *t) {
+  stk_t *e = qm__stk_at(i);
+  if (!e)
+    return;
+  e->nalloc = (uint8_t)t->n;
+  e->alloc_tid = t->tid;
+  memcpy(qm__stk_pcs(e), t->pc, t->n * sizeof(uintptr_t));
+}
+
+/* And as its freeing stack, at S.frees counted (under S.lock). */
+void qm__note_free(uint32_t i, const trace_t *t) {
+  stk_t *e = qm__stk_at(i);
+  if (!e)
+    return;
+  e->nfree = (uint8_t)t->n;
+  e->free_tid = t->tid;
+  e->free_seq = S.frees;
+  e->free_ms = qm__clock_ms();
+  memcpy(qm__stk_pcs(e) + S.frames, t->pc, t->n * sizeof(uintptr_t));
+}
+
+uint32_t qm__rec_alloc(void) {
+  if (!S.blk && !qm__blk_reserve())
+    return NIL;
+  if (S.free_rec != NIL) {
+    uint32_t i = S.free_rec;
+    S.free_rec = B(i)->qnext;
+    return i;
+  }
+  if (S.nblk == S.blk_max)
+    return NIL;
+  if (S.nblk == S.blk_committed) {
+    size_t step = (64 << 10) / sizeof(block_t);
+    size_t from = qm_page_up(S.blk_committed * sizeof(block_t));
+    size_t to = qm_page_up((S.blk_committed + step) * sizeof(block_t));
+    if (qm_os_protect((char *)S.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
+      return NIL;
+    S.blk_committed = to / sizeof(block_t);
+    stk_grow();
+  }
+  return (uint32_t)S.nblk++;
+}
+
+void qm__rec_free(uint32_t i) {
+  block_t *b = B(i);
+  memset(b, 0, sizeof *b);
+  b->state = B_UNUSED;
+  b->qnext = S.free_rec;
+  S.free_rec = i;
+}
+
+static size_t hash(uintptr_t k) { return (size_t)((k >> 12) * 0x9e3779b97f4a7c15ull); }
+
+uint32_t qm__tab_find(uintptr_t k) {
+  if (!S.tab_cap)
+    return NIL;
+  size_t m = S.tab_cap - 1;
+  for (size_t i = hash(k) & m;; i = (i + 1) & m) {
+    if (S.tab[i].key == k)
+      return S.tab[i].idx;
+    if (!S.tab[i].key)
+      return NIL;
+  }
+}
+
+static void tab_put(slot_t *t, size_t cap, uintptr_t k, uint32_t idx) {
+  size_t m = cap - 1, i = hash(k) & m;
+  while (t[i].key)
+    i = (i + 1) & m;
+  t[i].key = k;
+  t[i].idx = idx;
+}
+
+/* Keeps the load at most 1/2; false if there is no memory to grow. */
+bool qm__tab_reserve(void) {
+  if ((S.tab_used + 1) * 2 <= S.tab_cap)
+    return true;
+  size_t cap = S.tab_cap ? S.tab_cap * 2 : 512;
+  void *p;
+  if (qm_os_map_guarded(qm_page_up(cap * sizeof(slot_t)), QM_PROT_RW, &p))
+    return false;
+  slot_t *t = p;
+  for (size_t i = 0; i < S.tab_cap; i++)
+    if (S.tab[i].key)
+      tab_put(t, cap, S.tab[i].key, S.tab[i].idx);
+  if (S.tab)
+    qm_os_unmap_guarded(S.tab, qm_page_up(S.tab_cap * sizeof(slot_t)));
+  S.tab = t;
+  S.tab_cap = cap;
+  return true;
+}
+
+void qm__tab_insert(uintptr_t k, uint32_t idx) {
+  tab_put(S.tab, S.tab_cap, k, idx);
+  S.tab_used++;
+}
+
+/* Linear-probing delete with backward shift: no tombstones. */
+static void tab_remove(uintptr_t k) {
+  size_t m = S.tab_cap - 1, i = hash(k) & m;
+  while (S.tab[i].key != k) {
+    QM_CHECK(S.tab[i].key);
+    i = (i + 1) & m;
+  }
+  for (size_t j = (i + 1) & m; S.tab[j].key; j = (j + 1) & m) {
+    size_t home = hash(S.tab[j].key) & m;
+    /* move j into the hole at i unless its home lies cyclically in (i, j] */
+    if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+      S.tab[i] = S.tab[j];
+      i = j;
+    }
+  }
+  S.tab[i].key = 0;
+  S.tab_used--;
+}
+
+void qm__set_vmas(block_t *b, bool live) {
+  unsigned v = qm__range_vmas(S.strategy, live);
+  S.maps = S.maps - b->vmas + v;
+  b->vmas = (uint8_t)v;
+  if (S.maps > S.maps_peak)
+    S.maps_peak = S.maps;
+}
+
+/* Takes a BUSY chunk's address out of the table before its mapping goes
+ * (under S.lock): once munmap returns, mmap may hand the same address to
+ * another thread, whose chunk must not meet this record. The record itself
+ * is released after the munmap (unmapped()). */
+void qm__forget(uint32_t i) {
+  block_t *b = B(i);
+  S.maps -= b->vmas;
+  b->vmas = 0;
+  S.mapped_bytes -= b->span;
+  tab_remove(b->usable);
+}
+
+/* Unmaps a forgotten chunk; where even that is refused (a VMA split at the
+ * mapping cap), its pages at least are dropped: the address space stays
+ * lost, the memory does not. Without the lock. */
+void qm__unmap_forgotten(uint32_t i) {
+  block_t *b = B(i);
+  if (qm_os_unmap((void *)b->base, b->span))
+    qm_os_dontneed((void *)b->usable, b->cap << qm__page_shift);
+}
+
+size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {
+  size_t n = 0;
+  qm_lock(&S.lock);
+  if (S.blk && n < cap) {
+    out[n][0] = (uintptr_t)S.blk;
+    out[n++][1] = (uintptr_t)S.blk + qm_page_up(S.blk_max * sizeof(block_t));
+  }
+  if (S.tab && n < cap) {
+    out[n][0] = (uintptr_t)S.tab;
+    out[n++][1] = (uintptr_t)S.tab + qm_page_up(S.tab_cap * sizeof(slot_t));
+  }
+  for (size_t k = 0; k < S.stk_committed / STK_SEG && n < cap; k++) {
+    out[n][0] = (uintptr_t)S.stk[k];
+    out[n++][1] = (uintptr_t)S.stk[k] + stk_seg_bytes();
+  }
+  qm_unlock(&S.lock);
+  return n;
+}

@@ -1,0 +1,92 @@
+/* large_report.c: what a report says about an address in a large chunk's
+ * mapping: the kind of error and where (qm__large_describe), then the
+ * stacks that freed and allocated the chunk. Lock-free and allocation-free,
+ * for the SIGSEGV handler: records and stack entries never move, and are
+ * read racily (counts clamped).
+ */
+#include "large_report.h"
+
+#include "large.h"
+#include "report.h"
+
+bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !S.blk)
+    return false;
+  size_t n = S.nblk;
+  for (size_t i = 0; i < n; i++) {
+    const block_t *b = &S.blk[i];
+    if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
+      continue;
+    /* a racy read of the record: the fault came from an access to it, so
+     * at worst the words are those of a moment earlier */
+    bool freed = b->state == B_QUAR || (b->state == B_BUSY && (b->flags & F_FREED));
+    if (a < b->usable) {
+      *what = "heap underflow";
+      qm_buf_dec(d, b->usable - a);
+      qm_buf_str(d, b->usable - a == 1 ? " byte before " : " bytes before ");
+    } else if (freed) {
+      *what = "use-after-free";
+      qm_buf_str(d, "offset ");
+      qm_buf_dec(d, a - b->usable);
+      qm_buf_str(d, " in freed ");
+    } else if (a - b->usable >= b->size) {
+      *what = "heap overflow";
+      size_t past = a - b->usable - b->size + 1;
+      qm_buf_dec(d, past);
+      qm_buf_str(d, past == 1 ? " byte past the end of " : " bytes past the end of ");
+    } else {
+      *what = "access";
+      qm_buf_str(d, "offset ");
+      qm_buf_dec(d, a - b->usable);
+      qm_buf_str(d, " in ");
+    }
+    qm_buf_str(d, "large chunk of ");
+    qm_buf_dec(d, b->size);
+    qm_buf_str(d, " bytes at ");
+    qm_buf_hex(d, b->usable);
+    return true;
+  }
+  return false;
+}
+
+void qm__large_report_stacks(const void *addr) {
+  uintptr_t a = (uintptr_t)addr;
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !S.blk || !S.frames)
+    return;
+  size_t n = S.nblk;
+  for (size_t i = 0; i < n; i++) {
+    const block_t *b = &S.blk[i];
+    if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
+      continue;
+    stk_t *e = qm__stk_at((uint32_t)i);
+    if (!e)
+      return;
+    /* racy reads, as in qm__large_describe: counts are clamped */
+    const uintptr_t *pcs = qm__stk_pcs(e);
+    unsigned nf = e->nfree < S.frames ? e->nfree : S.frames;
+    unsigned na = e->nalloc < S.frames ? e->nalloc : S.frames;
+    bool freed = b->state == B_QUAR || (b->state == B_BUSY && (b->flags & F_FREED));
+    qm_buf_t l;
+    l.n = 0;
+    if (freed) {
+      uint64_t now = qm__clock_ms();
+      qm_buf_str(&l, "  freed by thread ");
+      qm_buf_dec(&l, e->free_tid);
+      qm_buf_str(&l, ", ");
+      qm_buf_dec(&l, S.frees - e->free_seq);
+      qm_buf_str(&l, " large frees and ");
+      qm_buf_dec(&l, now > e->free_ms ? now - e->free_ms : 0);
+      qm_buf_str(&l, " ms ago, here:\n");
+      qm__report_out(&l);
+      qm__stack_print(pcs + S.frames, nf);
+      qm_buf_str(&l, "  previously allocated by thread ");
+    } else {
+      qm_buf_str(&l, "  allocated by thread ");
+    }
+    qm_buf_dec(&l, e->alloc_tid);
+    qm_buf_str(&l, " here:\n");
+    qm__report_out(&l);
+    qm__stack_print(pcs, na);
+    return;
+  }
+}

@@ -1,0 +1,459 @@
+/* quarantine.c: freed large chunks between their free and their reuse or
+ * unmapping: the FIFO (oldest first, S.age its first chunk not aged), the
+ * hot and cold bins of aged chunks, the limits (chunk cap, mapping budget,
+ * resident budget) and what goes when one is passed, and the reuse choice.
+ * Under S.lock, but for the victims' syscalls, made without it. The window:
+ * a freed chunk stays mapped and out of every bin until quarantine_min_frees
+ * large frees and quarantine_min_mb MiB of them came after it (only the
+ * mapping budget unmaps it earlier); a chunk in a bin is always QUAR and
+ * aged.
+ */
+#include "quarantine.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#include "init.h"
+#include "large.h"
+#include "options.h"
+#include "os.h"
+#include "strategy.h"
+
+#define VICTIMS 32
+
+/* ---- the quarantine (under S.lock) ---- */
+
+/* A bin holds aged chunks by what serves a request best: hot[] by resident
+ * pages (a request that fits them takes no fault), cold[] by capacity (no
+ * page resident: only the mmap is saved). */
+static uint32_t *bin_head(const block_t *b) {
+  return b->flags & F_COLD ? &S.cold[b->bclass] : &S.hot[b->bclass];
+}
+
+static void bin_insert(uint32_t i) {
+  block_t *b = B(i);
+  if (b->flags & F_INBIN)
+    return;
+  b->flags &= (uint8_t)~F_COLD;
+  if (!b->dirty)
+    b->flags |= F_COLD;
+  b->bclass = (uint8_t)pclass(b->dirty ? b->dirty : b->cap);
+  uint32_t *h = bin_head(b);
+  b->bprev = NIL;
+  b->bnext = *h;
+  if (*h != NIL)
+    B(*h)->bprev = i;
+  *h = i;
+  b->flags |= F_INBIN;
+  if (!(b->flags & F_COLD))
+    S.nhot[b->bclass]++;
+}
+
+static void bin_remove(uint32_t i) {
+  block_t *b = B(i);
+  if (!(b->flags & F_INBIN))
+    return;
+  if (b->bprev != NIL)
+    B(b->bprev)->bnext = b->bnext;
+  else
+    *bin_head(b) = b->bnext;
+  if (b->bnext != NIL)
+    B(b->bnext)->bprev = b->bprev;
+  b->flags &= (uint8_t)~F_INBIN;
+  if (!(b->flags & F_COLD))
+    S.nhot[b->bclass]--;
+}
+
+static void q_append(uint32_t i) {
+  block_t *b = B(i);
+  b->qnext = NIL;
+  b->qprev = S.qtail;
+  if (S.qtail != NIL)
+    B(S.qtail)->qnext = i;
+  else
+    S.qhead = i;
+  S.qtail = i;
+  if (S.age == NIL)
+    S.age = i;
+  S.qcount++;
+  S.qpages += b->cap;
+  S.qresident += b->dirty;
+}
+
+/* Takes a chunk out of the quarantine (to reuse or unmap it). */
+void qm__q_unlink(uint32_t i) {
+  block_t *b = B(i);
+  bin_remove(i);
+  if (S.age == i)
+    S.age = b->qnext;
+  if (b->qprev != NIL)
+    B(b->qprev)->qnext = b->qnext;
+  else
+    S.qhead = b->qnext;
+  if (b->qnext != NIL)
+    B(b->qnext)->qprev = b->qprev;
+  else
+    S.qtail = b->qprev;
+  S.qcount--;
+  S.qpages -= b->cap;
+  S.qresident -= b->dirty;
+}
+
+/* Moves every chunk that has aged enough (min frees and min bytes freed
+ * after it) into the bins where allocation looks. FIFO order makes the aged
+ * chunks a prefix of the quarantine. */
+static bool aged(const block_t *b) {
+  if (S.strategy == QM_STRATEGY_NONE)
+    return true;
+  return S.frees - b->seq >= qm__opt.quarantine_min_frees &&
+         S.freed_bytes - b->mark >= qm__opt.quarantine_min_mb << 20;
+}
+
+void qm__q_age(void) {
+  while (S.age != NIL) {
+    block_t *b = B(S.age);
+    if (!aged(b))
+      break;
+    /* a chunk BUSY being dropped is binned when it comes back */
+    if (!(b->flags & F_NOREUSE) && b->state == B_QUAR)
+      bin_insert(S.age);
+    S.age = b->qnext;
+  }
+}
+
+/* ---- the reuse choice (under S.lock) ---- */
+
+/* xorshift64*, seeded from the per-process secret: two runs of a program
+ * reuse chunks in different orders, so an exploit cannot groom which freed
+ * chunk a request gets. Before the secret exists (only while qmalloc starts,
+ * for a qmalloc_default_options() that allocates) it gives a fixed value
+ * and stays unseeded. */
+static uint64_t rnd(void) {
+  if (QM_UNLIKELY(!S.rng)) {
+    if (!qm__secret)
+      return 0x9e3779b97f4a7c15ull;
+    S.rng = (qm__secret ^ 0xd1b54a32d192ed03ull) * 0x9e3779b97f4a7c15ull | 1;
+  }
+  uint64_t x = S.rng;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  S.rng = x;
+  return x * 0x2545f4914f6cdd1dull;
+}
+
+/* Reseeds in a fork child, from the state and the pid: forked workers of one
+ * parent then differ from it and from each other. */
+void qm__q_rnd_fork(void) {
+  (void)rnd();
+  if (!S.rng)
+    return; /* no secret yet: seeded later, from it */
+  uint64_t z = S.rng ^ (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  S.rng = (z ^ (z >> 31)) | 1;
+}
+
+/* Uniform in [0, n), n > 0. */
+static uint32_t rnd_below(uint32_t n) { return (uint32_t)(((rnd() >> 32) * n) >> 32); }
+
+/* Counts a request of `need` pages in its class; halves every count now and
+ * then, so that the counts follow what the program asks for lately. */
+static void demand_note(size_t need) {
+  S.demand[pclass(need)]++;
+  if (++S.demand_clock < DEMAND_HALF)
+    return;
+  S.demand_clock = 0;
+  for (unsigned c = 0; c < NBINS; c++)
+    S.demand[c] /= 2;
+}
+
+/* The aged chunk that serves `need` pages, or NIL (a fresh mapping then).
+ * In order of preference:
+ *  1. a chunk whose resident pages cover the request with at most
+ *     reuse_max_waste_pct to spare: no fault at all. Chosen at random among
+ *     those seen with at most a quarter to spare, else among the rest (with
+ *     the quarantine off, the newest: its memory is the warmest); capacity
+ *     beyond the resident pages is address space only.
+ *  2. the cheapest of the rest that fits, counting a fault per page to
+ *     fault in and half one per page of waste: one with fewer resident
+ *     pages faults in only the difference, one with up to 4x the resident
+ *     pages wastes some (its extra pages stay resident, inaccessible,
+ *     counted against quarantine_mb while it is live); taken if it costs
+ *     less than a fresh mapping, which faults in every page.
+ *  3. a chunk with no page resident and at most the same spare capacity:
+ *     saves the mmap (the only choice under discard and guard).
+ * Measured in large churn (W=8, the 32 MiB window, 600 ops after 5000):
+ * fitting by capacity alone, oldest first, with the oldest chunks' pages
+ * dropped first, took 1.3 faults/op at quarantine_mb=96 (the drops hit the
+ * chunks next in line) and needed 128 to get to 0.03; this takes 0.005-0.26
+ * at 96. Random or oldest-first among the fault-free chunks made no
+ * difference to the misses (simulated); best fit (fewest pages) doubled
+ * them, as larger requests then found their chunks taken. Drawing among the
+ * close fits first: in 600 ops after 1500 (the quarantine still filling)
+ * 0.45 faults/op median of 8 runs, 0.28..0.65, against 0.76, 0.01..1.65
+ * drawing among all fits; 2 threads 0.71 against 1.72 (3 runs). */
+uint32_t qm__q_fit(size_t need, size_t align) {
+  bool newest = S.strategy == QM_STRATEGY_NONE;
+  /* with the quarantine off the freed chunks are only a cache, and one that
+   * fits nothing only grows the set of chunks until the budget drops pages
+   * that then refault (measured: 0.6 faults/op in 2-thread churn at 50%,
+   * 0.01 at 300%) */
+  size_t waste = qm__opt.reuse_max_waste_pct;
+  if (newest && waste < 300)
+    waste = 300;
+  size_t hot_max = need + need * waste / 100, far = need * 4;
+  if (far < hot_max)
+    far = hot_max;
+  demand_note(need);
+  size_t close_max = need + need / 4;
+  uint32_t pick = NIL, alt = NIL;
+  size_t alt_cost = SIZE_MAX;
+  bool pick_close = false;
+  unsigned fits = 0, scanned = 0;
+  for (unsigned c = pclass(need); c <= pclass(far) && scanned < SCAN; c++) {
+    for (uint32_t i = S.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+      const block_t *b = B(i);
+      if (b->cap < need || (b->usable & (align - 1)))
+        continue;
+      if (b->dirty >= need && b->dirty <= hot_max) {
+        /* a close fit (at most a quarter to spare) beats a loose one: the
+         * loose ones are left to the larger requests they also fit */
+        bool close = b->dirty <= close_max;
+        if (pick != NIL && pick_close && !close)
+          continue;
+        bool restart = pick != NIL && close && !pick_close; /* the draw starts again */
+        fits = restart ? 1 : fits + 1;
+        if (restart || (newest ? pick == NIL || b->seq > B(pick)->seq : rnd_below(fits) == 0)) {
+          pick = i;
+          pick_close = close;
+        }
+        continue;
+      }
+      size_t cost = b->dirty < need ? need - b->dirty : (b->dirty - need) / 2;
+      if (b->dirty <= far && cost < alt_cost) {
+        alt = i;
+        alt_cost = cost;
+      }
+    }
+    if (pick != NIL && c >= pclass(hot_max))
+      return pick; /* past here no chunk is fault-free within the waste */
+  }
+  if (pick != NIL)
+    return pick;
+  if (alt != NIL && alt_cost < need)
+    return alt;
+  fits = 0;
+  for (unsigned c = pclass(need); c <= pclass(hot_max) && c < NBINS; c++) {
+    scanned = 0;
+    for (uint32_t i = S.cold[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+      const block_t *b = B(i);
+      if (b->cap < need || b->cap > hot_max || (b->usable & (align - 1)))
+        continue;
+      fits++;
+      if (newest ? pick == NIL || b->seq > B(pick)->seq : rnd_below(fits) == 0)
+        pick = i;
+    }
+  }
+  return pick;
+}
+
+/* ---- victims: chunks leaving the quarantine (unmapped) or losing their
+ * pages (dropped), chosen under the lock, worked on outside it ---- */
+
+typedef struct victims {
+  uint32_t unmap[VICTIMS], drop[VICTIMS];
+  unsigned nunmap, ndrop;
+} victims_t;
+
+/* Takes the oldest quarantined chunk to be unmapped: an aged one, or with
+ * `unaged_too` any (only the mapping budget asks that: past it, mmap would
+ * fail). Aged chunks are the FIFO's prefix up to S.age. */
+static bool take_unmap_victim(victims_t *v, bool unaged_too) {
+  for (uint32_t i = S.qhead; i != NIL && (unaged_too || i != S.age); i = B(i)->qnext) {
+    if (B(i)->state != B_QUAR)
+      continue;
+    qm__q_unlink(i);
+    B(i)->state = B_BUSY;
+    qm__forget(i);
+    v->unmap[v->nunmap++] = i;
+    return true;
+  }
+  return false;
+}
+
+/* The resident pages the budget covers: quarantined chunks' and the ones
+ * live chunks hold past their RW part. */
+static size_t resident_pages(void) { return S.qresident + S.ltail; }
+
+static size_t budget_pages(void) { return (qm__opt.quarantine_mb << 20) >> qm__page_shift; }
+
+/* Whether the quarantine is past one of its limits (under S.lock). */
+bool qm__q_over(void) {
+  return S.qcount > qm__opt.quarantine_max_chunks || S.maps > S.map_budget ||
+         resident_pages() > budget_pages();
+}
+
+/* The aged resident chunk least likely to be asked for: from the hot bin
+ * with the most chunks for the requests lately made of the sizes it serves
+ * (its own class and the two below: within reuse_max_waste_pct), the
+ * larger class on a tie. NIL if no aged chunk has a page resident. */
+static uint32_t surplus_victim(void) {
+  unsigned best = NBINS;
+  uint64_t best_n = 0, best_d = 1;
+  for (unsigned c = 0; c < NBINS; c++) {
+    if (!S.nhot[c])
+      continue;
+    uint64_t d =
+        1 + (uint64_t)S.demand[c] + (c ? S.demand[c - 1] : 0) + (c > 1 ? S.demand[c - 2] : 0);
+    /* n / d >= best_n / best_d, compared without dividing */
+    if (best == NBINS || S.nhot[c] * best_d >= best_n * d) {
+      best = c;
+      best_n = S.nhot[c];
+      best_d = d;
+    }
+  }
+  return best == NBINS ? NIL : S.hot[best];
+}
+
+/* The youngest quarantined chunk with pages resident: the last to be reused,
+ * so the one whose pages are dropped when only the window is left. */
+static uint32_t youngest_resident(void) {
+  for (uint32_t i = S.qtail; i != NIL; i = B(i)->qprev)
+    if (B(i)->state == B_QUAR && B(i)->dirty)
+      return i;
+  return NIL;
+}
+
+/* Chooses what must go so that the quarantine respects its chunk cap, the
+ * mapping budget (with `extra_maps` about to be added) and its resident
+ * budget. The cap counts aged chunks only: the window wins over it. Past the
+ * resident budget the aged chunks of the least asked-for sizes lose their
+ * pages first (the oldest, as before, were the ones next in line for
+ * reuse), and only then the youngest chunks in the window. A chunk without
+ * pages stays mapped, cold: reusing it saves an mmap. Returns true when v is
+ * full and the caller should call again. */
+static bool q_enforce(victims_t *v, size_t extra_maps) {
+  qm__q_age();
+  while (v->nunmap < VICTIMS && S.qcount > qm__opt.quarantine_max_chunks)
+    if (!take_unmap_victim(v, false))
+      break;
+  while (v->nunmap < VICTIMS && S.maps + extra_maps > S.map_budget)
+    if (!take_unmap_victim(v, false) && !take_unmap_victim(v, true))
+      break;
+  size_t budget = budget_pages();
+  while (resident_pages() > budget && S.qresident && v->nunmap < VICTIMS && v->ndrop < VICTIMS) {
+    uint32_t i = surplus_victim();
+    if (i == NIL)
+      i = youngest_resident();
+    if (i == NIL)
+      break;
+    bin_remove(i);              /* binned again, cold, once its pages are gone */
+    S.qresident -= B(i)->dirty; /* counted as gone now; the drop follows */
+    B(i)->state = B_BUSY;
+    v->drop[v->ndrop++] = i;
+  }
+  return v->nunmap == VICTIMS || v->ndrop == VICTIMS;
+}
+
+static void process_victims(victims_t *v) {
+  for (unsigned k = 0; k < v->nunmap; k++)
+    qm__unmap_forgotten(v->unmap[k]);
+  for (unsigned k = 0; k < v->ndrop; k++) {
+    block_t *b = B(v->drop[k]);
+    qm__range_drop(S.strategy, (void *)b->usable, b->dirty << qm__page_shift);
+  }
+  if (!v->nunmap && !v->ndrop)
+    return;
+  qm_lock(&S.lock);
+  for (unsigned k = 0; k < v->nunmap; k++)
+    qm__rec_free(v->unmap[k]);
+  for (unsigned k = 0; k < v->ndrop; k++) {
+    block_t *b = B(v->drop[k]);
+    b->dirty = 0;
+    b->state = B_QUAR;
+    if (!(b->flags & F_NOREUSE) && aged(b)) /* q_age may have passed it */
+      bin_insert(v->drop[k]);
+  }
+  S.unmaps += v->nunmap;
+  S.drops += v->ndrop;
+  qm_unlock(&S.lock);
+  v->nunmap = v->ndrop = 0;
+}
+
+/* Enforces every quarantine limit, however many rounds it takes. */
+void qm__q_enforce_all(size_t extra_maps) {
+  victims_t v = {.nunmap = 0};
+  bool more;
+  do {
+    qm_lock(&S.lock);
+    more = q_enforce(&v, extra_maps);
+    qm_unlock(&S.lock);
+    process_victims(&v);
+  } while (more);
+}
+
+/* Unmaps every quarantined chunk, or only the aged ones; returns whether
+ * there was any. */
+bool qm__q_unmap_all(bool unaged_too) {
+  bool any = false;
+  for (;;) {
+    victims_t v = {.nunmap = 0};
+    qm_lock(&S.lock);
+    qm__q_age();
+    while (v.nunmap < VICTIMS && take_unmap_victim(&v, unaged_too))
+      ;
+    qm_unlock(&S.lock);
+    if (!v.nunmap)
+      return any;
+    any = true;
+    process_victims(&v);
+  }
+}
+
+/* Puts a BUSY chunk, its range retired, into the quarantine (under S.lock);
+ * returns whether the caller must qm__q_enforce_all() the limits. */
+bool qm__q_enter(uint32_t i, bool dropped) {
+  block_t *b = B(i);
+  if (dropped)
+    b->dirty = 0;
+  if (S.strategy != QM_STRATEGY_NONE)
+    b->rw = 0;
+  b->state = B_QUAR;
+  b->seq = S.frees;
+  b->mark = S.freed_bytes;
+  qm__set_vmas(b, S.strategy == QM_STRATEGY_NONE);
+  q_append(i);
+  return qm__q_over();
+}
+
+/* ---- trim, flush, stats, fork ---- */
+
+void qm__large_flush(void) {
+  if (atomic_load_explicit(&S.ready, memory_order_acquire))
+    qm__q_unmap_all(true);
+}
+
+size_t qm__large_trim(void) {
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire))
+    return 0;
+  size_t total = 0;
+  for (;;) {
+    victims_t v = {.nunmap = 0};
+    qm_lock(&S.lock);
+    for (uint32_t i = S.qhead; i != NIL && v.ndrop < VICTIMS; i = B(i)->qnext) {
+      block_t *b = B(i);
+      if (b->state != B_QUAR || !b->dirty)
+        continue;
+      bin_remove(i); /* binned again, cold, once its pages are gone */
+      S.qresident -= b->dirty;
+      total += b->dirty << qm__page_shift;
+      b->state = B_BUSY;
+      v.drop[v.ndrop++] = i;
+    }
+    qm_unlock(&S.lock);
+    if (!v.ndrop)
+      return total;
+    process_victims(&v);
+  }
+}
