@@ -93,16 +93,27 @@ int qm__primary_init(uint64_t secret) {
     qm__class[c].cache_max = (uint32_t)(slots < 2 ? 2 : slots > 128 ? 128 : slots);
   }
   QM_CHECK_OP(user_size_of(QM_NCLASS - 1), ==, QM_SMALL_MAX);
-  /* the classes, the zero-size region, and a guard page below them all */
+  /* the classes, the zero-size region, and a guard page below them all.
+   * Where the full span is refused (a low RLIMIT_AS), take half of the
+   * largest span that fits: the rest of the address space is what large
+   * chunks, their quarantine and thread stacks live in, and taking it all
+   * left large mallocs failing under 4 threads in 400 MB. */
+  bool refused = false;
   for (unsigned shift = RSHIFT_MAX; shift >= RSHIFT_MIN; shift--) {
     void *p;
     size_t span = (size_t)(QM_NCLASS + 1) << shift;
     if (qm_os_map(span + qm__page, qm__page, QM_PROT_NONE, &p) == 0) {
+      if (refused && shift > RSHIFT_MIN) {
+        qm_os_unmap(p, span + qm__page);
+        refused = false; /* the next, half as large, is kept */
+        continue;
+      }
       qm__pbase = (uintptr_t)p + qm__page;
       qm__rshift = shift;
       qm__pspan = span;
       return 0;
     }
+    refused = true;
   }
   return ENOMEM;
 }
