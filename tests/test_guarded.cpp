@@ -27,22 +27,6 @@ std::string fault_regex(const char *what, const char *rw, const std::string &whe
          "sampled small chunk of " + std::to_string(n) + " bytes at " HEX "\\)\n$";
 }
 
-// Frees p, runs `cycles` more alloc/free cycles of its size, then touches it.
-void use_after_free(size_t n, int cycles, bool write) {
-  char *p = static_cast<char *>(qm_malloc(n));
-  std::memset(p, 0x11, n);
-  qm_free(p);
-  for (int i = 0; i < cycles; i++) {
-    void *q = qm_malloc(n);
-    std::memset(q, 0x22, n);
-    qm_free(q);
-  }
-  if (write)
-    poke(p, n / 2);
-  else
-    (void)peek(p, n / 2);
-}
-
 // The checks both suites make; `suite` only names them.
 class Guarded : public testing::TestWithParam<size_t> {
 protected:
@@ -62,7 +46,7 @@ void expect_guarded(void *p) {
 void check_use_after_free(size_t n) {
   for (bool write : {false, true})
     for (int cycles : {0, 16})
-      EXPECT_EXIT(use_after_free(n, cycles, write), testing::KilledBySignal(SIGSEGV),
+      EXPECT_EXIT(use_after_free(n, cycles, write, n / 2), testing::KilledBySignal(SIGSEGV),
                   fault_regex("use-after-free", write ? "write" : "read",
                               "offset " + std::to_string(n / 2) + " in freed ", n))
           << "cycles " << cycles;

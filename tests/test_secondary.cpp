@@ -54,28 +54,11 @@ std::string uaf_regex(const char *rw, size_t off, size_t size) {
          " bytes at " HEX "\\)\n" QM_ACCESSED QM_FREED;
 }
 
-// Frees p, runs `cycles` further alloc/free cycles of the same size, then
-// touches p: must die of SIGSEGV with the report.
-void use_after_free(size_t size, int cycles, bool write) {
-  char *p = static_cast<char *>(qm_malloc(size));
-  std::memset(p, 0x11, size);
-  qm_free(p);
-  for (int i = 0; i < cycles; i++) {
-    void *q = qm_malloc(size);
-    std::memset(q, 0x22, size);
-    qm_free(q);
-  }
-  if (write)
-    poke(p, 16);
-  else
-    (void)peek(p, 16);
-}
-
 class UseAfterFree : public testing::TestWithParam<std::tuple<size_t, int, bool>> {};
 
 TEST_P(UseAfterFree, Faults) {
   auto [size, cycles, write] = GetParam();
-  EXPECT_EXIT(use_after_free(size, cycles, write), testing::KilledBySignal(SIGSEGV),
+  EXPECT_EXIT(use_after_free(size, cycles, write, 16), testing::KilledBySignal(SIGSEGV),
               uaf_regex(write ? "write" : "read", 16, size));
 }
 
@@ -617,7 +600,7 @@ TEST_F(Discard, DropsPagesAndReusesZeroFilled) {
 }
 
 TEST(DiscardDeathTest, UseAfterFreeFaults) {
-  EXPECT_EXIT(use_after_free(MiB, 16, true), testing::KilledBySignal(SIGSEGV),
+  EXPECT_EXIT(use_after_free(MiB, 16, true, 16), testing::KilledBySignal(SIGSEGV),
               uaf_regex("write", 16, MiB));
 }
 
@@ -643,7 +626,7 @@ TEST_F(Guard, KeepsChunksOneMappingEach) {
 }
 
 TEST(GuardDeathTest, UseAfterFreeFaults) {
-  EXPECT_EXIT(use_after_free(MiB, 16, false), testing::KilledBySignal(SIGSEGV),
+  EXPECT_EXIT(use_after_free(MiB, 16, false, 16), testing::KilledBySignal(SIGSEGV),
               uaf_regex("read", 16, MiB));
 }
 
@@ -678,7 +661,7 @@ TEST_F(TinyBudget, UnmapsInsteadOfQuarantining) {
 }
 
 TEST(TinyBudgetDeathTest, FreedChunkStillFaults) {
-  EXPECT_EXIT(use_after_free(512 * KiB, 16, true), testing::KilledBySignal(SIGSEGV), "");
+  EXPECT_EXIT(use_after_free(512 * KiB, 16, true, 16), testing::KilledBySignal(SIGSEGV), "");
 }
 
 // QMALLOC_OPTIONS=strategy=none: quarantine off, chunks reused at once.

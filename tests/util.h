@@ -21,6 +21,24 @@ inline char peek(const void *p, size_t off = 0) {
   return static_cast<const volatile char *>(p)[off];
 }
 
+// Frees a chunk of size bytes, runs `cycles` further alloc/free cycles of
+// the same size, then reads or writes the freed chunk at off: a death test's
+// statement, which must die of SIGSEGV with the report.
+inline void use_after_free(size_t size, int cycles, bool write, size_t off) {
+  char *p = static_cast<char *>(qm_malloc(size));
+  std::memset(p, 0x11, size);
+  qm_free(p);
+  for (int i = 0; i < cycles; i++) {
+    void *q = qm_malloc(size);
+    std::memset(q, 0x22, size);
+    qm_free(q);
+  }
+  if (write)
+    poke(p, off);
+  else
+    (void)peek(p, off);
+}
+
 // Resident set of the whole process, bytes (/proc/self/statm).
 inline size_t rss_bytes() {
   FILE *f = std::fopen("/proc/self/statm", "r");
