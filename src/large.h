@@ -33,16 +33,19 @@ enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
 enum { F_NOREUSE = 1, F_INBIN = 2, F_FREED = 4, F_SPLIT = 8, F_COLD = 16 };
 
 typedef struct block {
-  uintptr_t base, usable; /* the mapping, and its first usable page = user pointer */
+  uintptr_t base, usable; /* the mapping, and its first usable page */
   size_t span, size;      /* mapping bytes (guards included); requested bytes */
-  size_t cap, rw, dirty;  /* pages: usable, RW now, possibly non-zero */
+  size_t cap, rw, dirty;  /* pages from usable: capacity, RW now, possibly non-zero */
+  /* pages from usable to the user pointer: 0, but for a THP chunk that
+   * ends flush against its whole-huge-page RW part (see secondary.c) */
+  size_t lead;
   uint64_t seq, mark;     /* large frees / bytes freed when it was quarantined */
   uint32_t qprev, qnext, bprev, bnext;
   uint8_t state, flags, vmas, bclass; /* bclass: its bin while F_INBIN */
 } block_t;
 
 typedef struct slot {
-  uintptr_t key; /* a chunk's user pointer; 0 = empty */
+  uintptr_t key; /* a chunk's user pointer (user_of); 0 = empty */
   uint32_t idx;
 } slot_t;
 
@@ -112,6 +115,9 @@ static inline size_t tail_pages(const block_t *b) {
   return b->dirty > b->rw ? b->dirty - b->rw : 0;
 }
 
+/* A chunk's user pointer: the key of the hash, where reports count from. */
+static inline uintptr_t user_of(const block_t *b) { return b->usable + (b->lead << qm__page_shift); }
+
 /* ---- large_record.c: records, the hash, the stack table, mapping counts ---- */
 
 /* A stack captured on the way in, before any lock (unwinding takes none of
@@ -136,6 +142,8 @@ void qm__rec_free(uint32_t i);
 uint32_t qm__tab_find(uintptr_t k);
 bool qm__tab_reserve(void);
 void qm__tab_insert(uintptr_t k, uint32_t idx);
+/* Moves a chunk's entry to its new user pointer (a reuse with another lead). */
+void qm__tab_rekey(uintptr_t from, uintptr_t to, uint32_t idx);
 void qm__set_vmas(block_t *b, bool live);
 void qm__forget(uint32_t i);
 void qm__unmap_forgotten(uint32_t i);

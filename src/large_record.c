@@ -213,7 +213,14 @@ void qm__forget(uint32_t i) {
   S.maps -= b->vmas;
   b->vmas = 0;
   S.mapped_bytes -= b->span;
-  tab_remove(b->usable);
+  tab_remove(user_of(b));
+}
+
+void qm__tab_rekey(uintptr_t from, uintptr_t to, uint32_t idx) {
+  if (from == to)
+    return;
+  tab_remove(from);
+  qm__tab_insert(to, idx);
 }
 
 /* Unmaps a forgotten chunk; where even that is refused (a VMA split at the

@@ -19,31 +19,32 @@ bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
       continue;
     /* a racy read of the record: the fault came from an access to it, so
      * at worst the words are those of a moment earlier */
+    uintptr_t u = user_of(b);
     bool freed = b->state == B_QUAR || (b->state == B_BUSY && (b->flags & F_FREED));
-    if (a < b->usable) {
+    if (a < u) {
       *what = "heap underflow";
-      qm_buf_dec(d, b->usable - a);
-      qm_buf_str(d, b->usable - a == 1 ? " byte before " : " bytes before ");
+      qm_buf_dec(d, u - a);
+      qm_buf_str(d, u - a == 1 ? " byte before " : " bytes before ");
     } else if (freed) {
       *what = "use-after-free";
       qm_buf_str(d, "offset ");
-      qm_buf_dec(d, a - b->usable);
+      qm_buf_dec(d, a - u);
       qm_buf_str(d, " in freed ");
-    } else if (a - b->usable >= b->size) {
+    } else if (a - u >= b->size) {
       *what = "heap overflow";
-      size_t past = a - b->usable - b->size + 1;
+      size_t past = a - u - b->size + 1;
       qm_buf_dec(d, past);
       qm_buf_str(d, past == 1 ? " byte past the end of " : " bytes past the end of ");
     } else {
       *what = "access";
       qm_buf_str(d, "offset ");
-      qm_buf_dec(d, a - b->usable);
+      qm_buf_dec(d, a - u);
       qm_buf_str(d, " in ");
     }
     qm_buf_str(d, "large chunk of ");
     qm_buf_dec(d, b->size);
     qm_buf_str(d, " bytes at ");
-    qm_buf_hex(d, b->usable);
+    qm_buf_hex(d, u);
     return true;
   }
   return false;
