@@ -39,7 +39,7 @@ typedef struct block {
   /* pages from usable to the user pointer: 0, but for a THP chunk that
    * ends flush against its whole-huge-page RW part (see secondary.c) */
   size_t lead;
-  uint64_t seq, mark;     /* large frees / bytes freed when it was quarantined */
+  uint64_t seq, mark; /* large frees / bytes freed when it was quarantined */
   uint32_t qprev, qnext, bprev, bnext;
   uint8_t state, flags, vmas, bclass; /* bclass: its bin while F_INBIN */
 } block_t;
@@ -116,7 +116,9 @@ static inline size_t tail_pages(const block_t *b) {
 }
 
 /* A chunk's user pointer: the key of the hash, where reports count from. */
-static inline uintptr_t user_of(const block_t *b) { return b->usable + (b->lead << qm__page_shift); }
+static inline uintptr_t user_of(const block_t *b) {
+  return b->usable + (b->lead << qm__page_shift);
+}
 
 /* ---- large_record.c: records, the hash, the stack table, mapping counts ---- */
 

@@ -195,6 +195,35 @@ TEST_F(Large, BigChunksGetHugePages) {
   qm_free(p);
 }
 
+// A THP chunk is opened in whole huge pages and ends flush at the last one:
+// its trailing guard stays one page past its usable size, and a reuse for
+// another size moves its user pointer (the stale one is no chunk's any more).
+TEST_F(Large, HugeChunksEndFlushAtTheirLastHugePage) {
+  const qm_probe_result_t *r = qm_probe_result();
+  if (!thp_available() || r->strategy != QM_STRATEGY_PROTECT)
+    GTEST_SKIP() << "no THP here, or a strategy that drops pages";
+  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  char *p = static_cast<char *>(qm_malloc(3 * MiB + 5));
+  size_t n = qm_malloc_usable_size(p);
+  EXPECT_EQ(n, 3 * MiB + qmt_page());
+  EXPECT_EQ((reinterpret_cast<uintptr_t>(p) + n) % (2 * MiB), 0u) << "ends at a huge page";
+  EXPECT_EXIT(poke(p, n), testing::KilledBySignal(SIGSEGV),
+              "^" QM_ERR "heap overflow \\(write\\) at " HEX
+              " \\(4092 bytes past the end of large chunk of 3145733 bytes at " HEX "\\)\n");
+  std::memset(p, 7, n);
+  qm_free(p);
+  char *q = static_cast<char *>(qm_malloc(2 * MiB + 100));
+  size_t m = qm_malloc_usable_size(q);
+  EXPECT_EQ((reinterpret_cast<uintptr_t>(q) + m) % (2 * MiB), 0u);
+  EXPECT_EQ(q + m, p + n) << "the chunk just freed, reused from another offset";
+  EXPECT_NE(q, p);
+  std::memset(q, 1, m);
+  EXPECT_DEATH(qm_free(p), "^" QM_ERR "invalid free of " HEX
+                           " \\(1048576 bytes before large chunk of " +
+                               std::to_string(2 * MiB + 100));
+  qm_free(q);
+}
+
 TEST_F(Large, CallocOfAFreshChunkTouchesNothing) {
   long f0 = qmt_minflt();
   char *p = static_cast<char *>(qm_calloc(1, 4 * MiB));
