@@ -30,7 +30,10 @@ enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
  * pages in front of pages of the new mapping, and the two never merge (their
  * vm_pgoff differ), so a chunk that came from a move keeps two or more. */
 /* F_COLD: in a cold bin (no page resident), while F_INBIN. */
-enum { F_NOREUSE = 1, F_INBIN = 2, F_FREED = 4, F_SPLIT = 8, F_COLD = 16 };
+/* F_HUGE: a fresh THP mapping, its capacity whole huge pages from a
+ * huge-page boundary; any request it serves is opened in whole huge pages
+ * (see extent() in secondary.c). Not set on a realloc move's chunk. */
+enum { F_NOREUSE = 1, F_INBIN = 2, F_FREED = 4, F_SPLIT = 8, F_COLD = 16, F_HUGE = 32 };
 
 typedef struct block {
   uintptr_t base, usable; /* the mapping, and its first usable page */
@@ -43,6 +46,14 @@ typedef struct block {
   uint32_t qprev, qnext, bprev, bnext;
   uint8_t state, flags, vmas, bclass; /* bclass: its bin while F_INBIN */
 } block_t;
+
+/* The RW pages that a request of `need` pages takes in chunk b: whole huge
+ * pages in a THP chunk (opening part of one would split its PMD for good). */
+QM_INLINE size_t qm_need_in(const block_t *b, size_t need, size_t thp_pages) {
+  if (!(b->flags & F_HUGE) || !thp_pages)
+    return need;
+  return (need + thp_pages - 1) / thp_pages * thp_pages;
+}
 
 typedef struct slot {
   uintptr_t key; /* a chunk's user pointer (user_of); 0 = empty */
@@ -69,7 +80,7 @@ typedef struct qm_large {
   uint32_t demand_clock;
   uint64_t rng;                     /* the reuse choice; 0 until seeded */
   size_t qcount, qpages, qresident; /* chunks, usable pages, resident pages */
-  size_t ltail;                     /* resident pages live chunks hold past their RW part */
+  size_t ltail;                     /* live chunks' pages beyond the user's (tail_pages) */
   uint64_t frees, freed_bytes;      /* the clocks quarantine age is read on */
   size_t maps, map_budget;
   size_t live, live_bytes, mapped_bytes;
@@ -108,11 +119,14 @@ static inline size_t pclass_pages(unsigned c) {
 
 static inline block_t *B(uint32_t i) { return &S.blk[i]; }
 
-/* Resident pages a live chunk holds past its RW part: left by an earlier,
- * larger use or by a shrink, inaccessible, and kept like quarantined pages
- * (S.ltail sums them over live chunks). */
+/* Pages a live chunk may hold resident beyond the user's own: past its RW
+ * part (left by an earlier, larger use or by a shrink, inaccessible), and
+ * its lead (the slack before the user pointer of a chunk opened in whole
+ * huge pages, resident with the huge page). S.ltail sums them over live
+ * chunks, and quarantine_mb counts them as it counts quarantined pages: the
+ * budget bounds all resident memory that is not the program's. */
 static inline size_t tail_pages(const block_t *b) {
-  return b->dirty > b->rw ? b->dirty - b->rw : 0;
+  return (b->dirty > b->rw ? b->dirty - b->rw : 0) + b->lead;
 }
 
 /* A chunk's user pointer: the key of the hash, where reports count from. */

@@ -192,7 +192,7 @@ static void *fresh(size_t size, size_t need, size_t lead, size_t align, bool zer
                  .rw = need,
                  .lead = lead,
                  .state = B_BUSY,
-                 .flags = noreuse ? F_NOREUSE : 0,
+                 .flags = (uint8_t)((noreuse ? F_NOREUSE : 0) | (huge ? F_HUGE : 0)),
                  .qprev = NIL,
                  .qnext = NIL,
                  .bprev = NIL,
@@ -233,6 +233,12 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
     qm__q_age();
     uint32_t i = qm__q_fit(need, align);
     if (i != NIL) {
+      /* a THP chunk serving a smaller request opens it in whole huge pages
+       * too, placed as extent() places its own */
+      if (align <= qm__page) {
+        need = qm_need_in(B(i), need, S.thp_size >> qm__page_shift);
+        lead = need - pages;
+      }
       qm__q_unlink(i);
       B(i)->state = B_BUSY;
       if (need <= B(i)->rw) { /* open already (strategy none): no syscall */
@@ -452,6 +458,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
   qm__set_vmas(b, true);
   qm__note_alloc(i, t);
   qm__tab_insert(user_of(b), i);
+  S.ltail += tail_pages(b); /* its lead */
   uintptr_t u = user_of(b);
   S.mapped_bytes += r.span;
   S.fresh++;

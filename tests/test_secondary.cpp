@@ -224,6 +224,29 @@ TEST_F(Large, HugeChunksEndFlushAtTheirLastHugePage) {
   qm_free(q);
 }
 
+// A smaller request that reuses a THP chunk opens it in whole huge pages
+// too, ending flush at the first huge page's end: opening only its own pages
+// would split that PMD for good.
+TEST_F(Large, ASmallerRequestOpensAHugeChunkInWholeHugePages) {
+  const qm_probe_result_t *r = qm_probe_result();
+  if (!thp_available() || r->strategy != QM_STRATEGY_PROTECT)
+    GTEST_SKIP() << "no THP here, or a strategy that drops pages";
+  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  char *p = static_cast<char *>(qm_malloc(3 * MiB + 5));
+  size_t n = qm_malloc_usable_size(p);
+  std::memset(p, 7, n);
+  qm_free(p);
+  char *q = static_cast<char *>(qm_malloc(1300 * KiB)); /* no THP of its own */
+  size_t m = qm_malloc_usable_size(q);
+  EXPECT_EQ(m, 1300 * KiB);
+  EXPECT_EQ(q + m, p + n - 2 * MiB) << "the chunk just freed, open for its first huge page";
+  EXPECT_EXIT(poke(q, m), testing::KilledBySignal(SIGSEGV),
+              "^" QM_ERR "heap overflow \\(write\\) at " HEX
+              " \\(1 byte past the end of large chunk of 1331200 bytes at " HEX "\\)\n");
+  std::memset(q, 1, m);
+  qm_free(q);
+}
+
 TEST_F(Large, CallocOfAFreshChunkTouchesNothing) {
   long f0 = qmt_minflt();
   char *p = static_cast<char *>(qm_calloc(1, 4 * MiB));
