@@ -43,8 +43,11 @@ typedef struct qm_tcache {
 } qm_tcache_t;
 
 __thread qm_bin_t qm__bin[QM_NCLASS + 1] __attribute__((tls_model("initial-exec")));
-/* checked mode's counts, one per bin, over the bins' slot arrays */
+/* checked mode's counts, one per bin, over the bins' slot arrays; and the
+ * slot each bin's next take will hand out, drawn (and its chunk prefetched)
+ * at the take before */
 static __thread uint32_t hcount[QM_NCLASS] __attribute__((tls_model("initial-exec")));
+static __thread uint32_t hnext[QM_NCLASS] __attribute__((tls_model("initial-exec")));
 __thread uint64_t qm__rng __attribute__((tls_model("initial-exec")));
 static _Atomic uint64_t seeds;
 static __thread qm_tcache_t *self __attribute__((tls_model("initial-exec")));
@@ -125,8 +128,9 @@ static bool have_cache(void) {
 /* The count this thread's bin of class c is kept under. */
 static uint32_t *count_of(unsigned c) { return qm__cache_checked ? &hcount[c] : &qm__bin[c].count; }
 
-/* Puts chunk into this thread's bin of class c at a random place, first
- * handing half the bin to the central list if it is full. */
+/* Puts chunk into this thread's bin of class c, first handing half the bin
+ * to the central list if it is full: at a random place, or in checked mode
+ * on top (there the take draws its slot at random instead). */
 static void bin_put(unsigned c, uintptr_t chunk) {
   qm_bin_t *b = &qm__bin[c];
   uint32_t *n = count_of(c), max = qm__class[c].cache_max;
@@ -135,7 +139,42 @@ static void bin_put(unsigned c, uintptr_t chunk) {
     qm__central_give(c, b->slot + *n - half, half);
     *n -= half;
   }
-  *n = qm_bin_insert(b->slot, *n, chunk);
+  if (qm__cache_checked)
+    b->slot[(*n)++] = chunk;
+  else
+    *n = qm_bin_insert(b->slot, *n, chunk);
+}
+
+static uint32_t rand_below(uint32_t n) {
+  return (uint32_t)(((uint64_t)(uint32_t)qm_rand() * n) >> 32);
+}
+
+/* Checked mode's take: the slot drawn at the last take of this class (or a
+ * fresh draw if the bin shrank past it), and the draw for the next one,
+ * whose chunk starts coming into the cache now. In checked mode every
+ * chunk handed out is read whole (its header, and every byte for
+ * zero_on_free) after waiting out free_delay, so it is cold: in small churn
+ * under hardening=max those reads were 40% of the time. The next malloc of
+ * the class comes a few dozen ops later, time enough for the lines to
+ * arrive, too soon for them to leave. */
+static uintptr_t take_checked(unsigned c) {
+  qm_bin_t *b = &qm__bin[c];
+  uint32_t n = hcount[c];
+  uint32_t i = hnext[c] < n ? hnext[c] : rand_below(n);
+  uintptr_t ch = b->slot[i];
+  b->slot[i] = b->slot[--n];
+  hcount[c] = n;
+  if (n) {
+    uint32_t j = rand_below(n);
+    hnext[c] = j;
+    uintptr_t next = b->slot[j];
+    size_t span = qm__opt.zero_on_free ? qm__class[c].size : 64;
+    if (span > 1024)
+      span = 1024; /* past this the hardware prefetcher keeps up with the scan */
+    for (size_t at = 0; at < span; at += 64)
+      __builtin_prefetch((const void *)(next + at));
+  }
+  return ch;
 }
 
 /* The ring's oldest chunk into the bin. */
@@ -191,7 +230,9 @@ uintptr_t qm__cache_take_slow(unsigned c) {
   uint32_t *n = count_of(c);
   if (!*n)
     *n = qm__central_take(c, b->slot, (qm__class[c].cache_max + 1) / 2);
-  return *n ? b->slot[--*n] : 0;
+  if (!*n)
+    return 0;
+  return qm__cache_checked ? take_checked(c) : b->slot[--*n];
 }
 
 void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
