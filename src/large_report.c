@@ -21,7 +21,13 @@ bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
      * at worst the words are those of a moment earlier */
     uintptr_t u = user_of(b);
     bool freed = b->state == B_QUAR || (b->state == B_BUSY && (b->flags & F_FREED));
-    if (a < u) {
+    if (freed && a >= b->usable && a < u) {
+      /* the chunk's memory before its last user pointer: a THP chunk's
+       * lead, which an earlier use of the chunk may have started in */
+      *what = "use-after-free";
+      qm_buf_dec(d, u - a);
+      qm_buf_str(d, u - a == 1 ? " byte before freed " : " bytes before freed ");
+    } else if (a < u) {
       *what = "heap underflow";
       qm_buf_dec(d, u - a);
       qm_buf_str(d, u - a == 1 ? " byte before " : " bytes before ");

@@ -268,7 +268,9 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       discard_block(i);
     }
   }
-  return fresh(size, need, lead, align, zero, noreuse, &t);
+  /* a fresh mapping of its own extent, not the one a picked chunk gave */
+  need = extent(pages, align);
+  return fresh(size, need, need - pages, align, zero, noreuse, &t);
 }
 
 /* ---- free ---- */

@@ -226,25 +226,61 @@ TEST_F(Large, HugeChunksEndFlushAtTheirLastHugePage) {
 
 // A smaller request that reuses a THP chunk opens it in whole huge pages
 // too, ending flush at the first huge page's end: opening only its own pages
-// would split that PMD for good.
+// would split that PMD for good. The lead that adds counts as waste: a
+// request that would leave more than reuse_max_waste_pct of the chunk to
+// spare gets a fresh mapping instead.
 TEST_F(Large, ASmallerRequestOpensAHugeChunkInWholeHugePages) {
   const qm_probe_result_t *r = qm_probe_result();
   if (!thp_available() || r->strategy != QM_STRATEGY_PROTECT)
     GTEST_SKIP() << "no THP here, or a strategy that drops pages";
   set("quarantine_min_frees=0:quarantine_min_mb=0");
-  char *p = static_cast<char *>(qm_malloc(3 * MiB + 5));
+  char *p = static_cast<char *>(qm_malloc(2 * MiB));
   size_t n = qm_malloc_usable_size(p);
   std::memset(p, 7, n);
   qm_free(p);
-  char *q = static_cast<char *>(qm_malloc(1300 * KiB)); /* no THP of its own */
+  char *q = static_cast<char *>(qm_malloc(1600 * KiB)); /* 400 pages of 512 */
   size_t m = qm_malloc_usable_size(q);
-  EXPECT_EQ(m, 1300 * KiB);
-  EXPECT_EQ(q + m, p + n - 2 * MiB) << "the chunk just freed, open for its first huge page";
+  EXPECT_EQ(m, 1600 * KiB);
+  EXPECT_EQ(q + m, p + n) << "the chunk just freed, open for its whole huge page";
   EXPECT_EXIT(poke(q, m), testing::KilledBySignal(SIGSEGV),
               "^" QM_ERR "heap overflow \\(write\\) at " HEX
-              " \\(1 byte past the end of large chunk of 1331200 bytes at " HEX "\\)\n");
+              " \\(1 byte past the end of large chunk of 1638400 bytes at " HEX "\\)\n");
+  /* a pointer from the earlier use, now in the lead: once freed, the chunk
+   * reports it as a use-after-free, not an underflow of the later use */
   std::memset(q, 1, m);
   qm_free(q);
+  EXPECT_EXIT(poke(p), testing::KilledBySignal(SIGSEGV),
+              "^" QM_ERR "use-after-free \\(write\\) at " HEX
+              " \\(458752 bytes before freed large chunk of 1638400 bytes at " HEX "\\)\n");
+  char *s = static_cast<char *>(qm_malloc(512 * KiB)); /* 128 pages: 300% to spare */
+  uintptr_t sa = reinterpret_cast<uintptr_t>(s), pa = reinterpret_cast<uintptr_t>(p);
+  EXPECT_TRUE(sa + 512 * KiB <= pa || sa >= pa + n) << "not the 2 MiB chunk: too much waste";
+  qm_free(s);
+}
+
+// Live chunks of just over 2 MiB each hold nearly a huge page of lead, which
+// counts against quarantine_mb; but only quarantined pages can be dropped,
+// so that slack may take at most three quarters of it: the rest still keeps
+// freed chunks resident, and churn beside such chunks reuses without drops.
+TEST_F(Large, LiveLeadsLeaveTheQuarantineRoom) {
+  const qm_probe_result_t *r = qm_probe_result();
+  if (!thp_available() || r->strategy != QM_STRATEGY_PROTECT)
+    GTEST_SKIP() << "no THP here, or a strategy that drops pages";
+  set("quarantine_mb=16:quarantine_min_frees=0:quarantine_min_mb=0");
+  std::vector<char *> live;
+  for (int i = 0; i < 10; i++) /* 10 leads of 511 pages: 20 MiB, past the budget */
+    live.push_back(static_cast<char *>(qm_malloc(2 * MiB + 4 * KiB)));
+  qm_stats_t before = stats();
+  for (int i = 0; i < 50; i++) {
+    char *p = static_cast<char *>(qm_malloc(MiB));
+    std::memset(p, i, MiB);
+    qm_free(p);
+  }
+  qm_stats_t s = stats();
+  EXPECT_EQ(s.drops, before.drops) << "freed chunks kept resident";
+  EXPECT_GE(s.reuses, before.reuses + 49);
+  for (char *p : live)
+    qm_free(p);
 }
 
 TEST_F(Large, CallocOfAFreshChunkTouchesNothing) {
