@@ -80,7 +80,7 @@ typedef struct qm_large {
   uint32_t demand_clock;
   uint64_t rng;                     /* the reuse choice; 0 until seeded */
   size_t qcount, qpages, qresident; /* chunks, usable pages, resident pages */
-  size_t ltail;                     /* live chunks' pages beyond the user's (tail_pages) */
+  size_t ltail;                     /* resident pages live chunks hold past their RW part */
   uint64_t frees, freed_bytes;      /* the clocks quarantine age is read on */
   size_t maps, map_budget;
   size_t live, live_bytes, mapped_bytes;
@@ -119,14 +119,15 @@ static inline size_t pclass_pages(unsigned c) {
 
 static inline block_t *B(uint32_t i) { return &S.blk[i]; }
 
-/* Pages a live chunk may hold resident beyond the user's own: past its RW
- * part (left by an earlier, larger use or by a shrink, inaccessible), and
- * its lead (the slack before the user pointer of a chunk opened in whole
- * huge pages, resident with the huge page). S.ltail sums them over live
- * chunks, and quarantine_mb counts them as it counts quarantined pages: the
- * budget bounds all resident memory that is not the program's. */
+/* Resident pages a live chunk holds past its RW part: left by an earlier,
+ * larger use or by a shrink, inaccessible, and kept like quarantined pages
+ * (S.ltail sums them over live chunks). A lead is not among them: it is the
+ * chunk's own slack, RW like the rest of its extent, as a size class's
+ * rounding is in other allocators. Counting leads against quarantine_mb
+ * left the quarantine no room beside many live chunks of just over 2 MiB
+ * (each holding nearly a huge page of lead), and every free then dropped. */
 static inline size_t tail_pages(const block_t *b) {
-  return (b->dirty > b->rw ? b->dirty - b->rw : 0) + b->lead;
+  return b->dirty > b->rw ? b->dirty - b->rw : 0;
 }
 
 /* A chunk's user pointer: the key of the hash, where reports count from. */

@@ -293,20 +293,11 @@ static bool take_unmap_victim(victims_t *v, bool unaged_too) {
   return false;
 }
 
-static size_t budget_pages(void) { return (qm__opt.quarantine_mb << 20) >> qm__page_shift; }
+/* The resident pages the budget covers: quarantined chunks' and the ones
+ * live chunks hold past their RW part. */
+static size_t resident_pages(void) { return S.qresident + S.ltail; }
 
-/* The resident pages the budget covers: quarantined chunks', and the ones
- * live chunks hold beyond their requests (tail_pages: slack past the RW
- * part, leads). Only the quarantined ones can be dropped, so live slack
- * counts for at most three quarters of the budget: a program with many
- * live chunks of just over 2 MiB (each holding nearly a huge page of lead)
- * otherwise left the quarantine no room at all, and every free dropped its
- * chunk's pages (47x the faults of not counting leads, in a test of 30 such
- * chunks and 1-3 MiB churn). */
-static size_t resident_pages(void) {
-  size_t b = budget_pages(), live = b - b / 4;
-  return S.qresident + (S.ltail < live ? S.ltail : live);
-}
+static size_t budget_pages(void) { return (qm__opt.quarantine_mb << 20) >> qm__page_shift; }
 
 /* Whether the quarantine is past one of its limits (under S.lock). */
 bool qm__q_over(void) {

@@ -460,7 +460,6 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
   qm__set_vmas(b, true);
   qm__note_alloc(i, t);
   qm__tab_insert(user_of(b), i);
-  S.ltail += tail_pages(b); /* its lead */
   uintptr_t u = user_of(b);
   S.mapped_bytes += r.span;
   S.fresh++;
@@ -531,7 +530,10 @@ void *qm__large_realloc(void *p, size_t size) {
       S.live_bytes = S.live_bytes - b->size + size;
       b->size = size;
       S.in_place++;
+      bool over = qm__q_over(); /* that tail counts against the budget */
       qm_unlock(&S.lock);
+      if (over)
+        qm__q_enforce_all(0);
       return p;
     }
     if (need < old_rw) { /* could not protect the tail: still correct */
