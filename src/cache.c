@@ -145,10 +145,6 @@ static void bin_put(unsigned c, uintptr_t chunk) {
     *n = qm_bin_insert(b->slot, *n, chunk);
 }
 
-static uint32_t rand_below(uint32_t n) {
-  return (uint32_t)(((uint64_t)(uint32_t)qm_rand() * n) >> 32);
-}
-
 /* Checked mode's take: the slot drawn at the last take of this class (or a
  * fresh draw if the bin shrank past it), and the draw for the next one,
  * whose chunk starts coming into the cache now. In checked mode every
@@ -160,12 +156,12 @@ static uint32_t rand_below(uint32_t n) {
 static uintptr_t take_checked(unsigned c) {
   qm_bin_t *b = &qm__bin[c];
   uint32_t n = hcount[c];
-  uint32_t i = hnext[c] < n ? hnext[c] : rand_below(n);
+  uint32_t i = hnext[c] < n ? hnext[c] : qm_rand_below(n);
   uintptr_t ch = b->slot[i];
   b->slot[i] = b->slot[--n];
   hcount[c] = n;
   if (n) {
-    uint32_t j = rand_below(n);
+    uint32_t j = qm_rand_below(n);
     hnext[c] = j;
     uintptr_t next = b->slot[j];
     size_t span = qm__opt.zero_on_free ? qm__class[c].size : 64;

@@ -30,9 +30,13 @@ QM_INLINE uint64_t qm_rand(void) { /* wyrand: one multiply, passes BigCrush */
   unsigned __int128 t = (unsigned __int128)s * (s ^ 0xe7037ed1a0b428dbull);
   return (uint64_t)(t >> 64) ^ (uint64_t)t;
 }
+/* A draw below n (n > 0), by multiply-high: no division. */
+QM_INLINE uint32_t qm_rand_below(uint32_t n) {
+  return (uint32_t)(((uint64_t)(uint32_t)qm_rand() * n) >> 32);
+}
 /* Puts chunk into slot[0..n] at a random place; returns n + 1. */
 QM_INLINE uint32_t qm_bin_insert(uintptr_t *slot, uint32_t n, uintptr_t chunk) {
-  uint32_t j = (uint32_t)(((uint64_t)(uint32_t)qm_rand() * (n + 1)) >> 32);
+  uint32_t j = qm_rand_below(n + 1);
   slot[n] = slot[j];
   slot[j] = chunk;
   return n + 1;

@@ -47,14 +47,6 @@ typedef struct block {
   uint8_t state, flags, vmas, bclass; /* bclass: its bin while F_INBIN */
 } block_t;
 
-/* The RW pages that a request of `need` pages takes in chunk b: whole huge
- * pages in a THP chunk (opening part of one would split its PMD for good). */
-QM_INLINE size_t qm_need_in(const block_t *b, size_t need, size_t thp_pages) {
-  if (!(b->flags & F_HUGE) || !thp_pages)
-    return need;
-  return (need + thp_pages - 1) / thp_pages * thp_pages;
-}
-
 typedef struct slot {
   uintptr_t key; /* a chunk's user pointer (user_of); 0 = empty */
   uint32_t idx;
@@ -118,6 +110,17 @@ static inline size_t pclass_pages(unsigned c) {
 }
 
 static inline block_t *B(uint32_t i) { return &S.blk[i]; }
+
+/* The RW pages that a request of `need` pages aligned to `align` takes in
+ * chunk b: whole huge pages in a THP chunk (opening part of one would split
+ * its PMD for good), but exact ones for over-aligned requests, as extent()
+ * in secondary.c gives them (a lead would break their alignment). */
+static inline size_t qm_need_in(const block_t *b, size_t need, size_t align) {
+  size_t hp = S.thp_size >> qm__page_shift;
+  if (!(b->flags & F_HUGE) || !hp || align > qm__page)
+    return need;
+  return (need + hp - 1) / hp * hp;
+}
 
 /* Resident pages a live chunk holds past its RW part: left by an earlier,
  * larger use or by a shrink, inaccessible, and kept like quarantined pages

@@ -212,7 +212,7 @@ uint32_t qm__q_fit(size_t need, size_t align) {
   if (far < hot_max)
     far = hot_max;
   demand_note(need);
-  size_t close_max = need + need / 4, thp_pages = S.thp_size >> qm__page_shift;
+  size_t close_max = need + need / 4;
   uint32_t pick = NIL, alt = NIL;
   size_t alt_cost = SIZE_MAX;
   bool pick_close = false;
@@ -222,10 +222,9 @@ uint32_t qm__q_fit(size_t need, size_t align) {
       const block_t *b = B(i);
       if (b->cap < need || (b->usable & (align - 1)))
         continue;
-      /* what the request would open here: whole huge pages in a THP chunk
-       * (exact extents for over-aligned requests, as extent() gives them);
-       * the lead that adds is waste like any other resident page to spare */
-      size_t n = align > qm__page ? need : qm_need_in(b, need, thp_pages);
+      /* what the request would open here (whole huge pages in a THP
+       * chunk); the lead that adds is waste like any other page to spare */
+      size_t n = qm_need_in(b, need, align);
       if (b->dirty >= n && b->dirty <= hot_max) {
         /* a close fit (at most a quarter to spare) beats a loose one: the
          * loose ones are left to the larger requests they also fit */

@@ -232,17 +232,14 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
     qm_lock(&S.lock);
     qm__q_age();
     uint32_t i = qm__q_fit(need, align);
+    /* what the picked chunk opens: a THP chunk serving a smaller request
+     * opens whole huge pages too, placed as extent() places its own */
+    size_t open = i != NIL ? qm_need_in(B(i), need, align) : need;
     if (i != NIL) {
-      /* a THP chunk serving a smaller request opens it in whole huge pages
-       * too, placed as extent() places its own */
-      if (align <= qm__page) {
-        need = qm_need_in(B(i), need, S.thp_size >> qm__page_shift);
-        lead = need - pages;
-      }
       qm__q_unlink(i);
       B(i)->state = B_BUSY;
-      if (need <= B(i)->rw) { /* open already (strategy none): no syscall */
-        size_t nonzero = hand_out_locked(i, size, need, lead, true, &t);
+      if (open <= B(i)->rw) { /* open already (strategy none): no syscall */
+        size_t nonzero = hand_out_locked(i, size, open, open - pages, true, &t);
         bool over = qm__q_over();
         uintptr_t u = user_of(B(i));
         qm_unlock(&S.lock);
@@ -257,20 +254,18 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
     if (i != NIL) {
       block_t *b = B(i);
       int err = 0;
-      if (need > b->rw)
+      if (open > b->rw)
         err = qm__range_revive(S.strategy, (void *)(b->usable + (b->rw << qm__page_shift)),
-                               (need - b->rw) << qm__page_shift);
+                               (open - b->rw) << qm__page_shift);
       if (!err) {
-        if (b->rw < need)
-          b->rw = need;
-        return hand_out(i, size, need, lead, zero, true, &t);
+        if (b->rw < open)
+          b->rw = open;
+        return hand_out(i, size, open, open - pages, zero, true, &t);
       }
       discard_block(i);
     }
   }
-  /* a fresh mapping of its own extent, not the one a picked chunk gave */
-  need = extent(pages, align);
-  return fresh(size, need, need - pages, align, zero, noreuse, &t);
+  return fresh(size, need, lead, align, zero, noreuse, &t);
 }
 
 /* ---- free ---- */

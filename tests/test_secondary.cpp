@@ -170,12 +170,18 @@ bool thp_available() {
   return buf[0] && !std::strstr(buf, "[never]");
 }
 
+// THP chunks keep their pages only under the protect strategy (the others
+// drop them as chunks retire).
+#define SKIP_UNLESS_THP_KEPT()                                                                     \
+  do {                                                                                             \
+    if (!thp_available() || qm_probe_result()->strategy != QM_STRATEGY_PROTECT)                    \
+      GTEST_SKIP() << "no THP here, or a strategy that drops pages";                               \
+  } while (0)
+
 // Chunks of 2 MiB and more that keep their pages get transparent huge pages:
 // first touch costs a fault per 2 MiB, not per 4 KiB.
 TEST_F(Large, BigChunksGetHugePages) {
-  const qm_probe_result_t *r = qm_probe_result();
-  if (!thp_available() || r->strategy != QM_STRATEGY_PROTECT)
-    GTEST_SKIP() << "no THP here, or a strategy that drops pages";
+  SKIP_UNLESS_THP_KEPT();
   long f0 = qmt_minflt();
   char *p = static_cast<char *>(qm_malloc(8 * MiB));
   for (size_t i = 0; i < 8 * MiB; i += qmt_page())
@@ -199,9 +205,7 @@ TEST_F(Large, BigChunksGetHugePages) {
 // its trailing guard stays one page past its usable size, and a reuse for
 // another size moves its user pointer (the stale one is no chunk's any more).
 TEST_F(Large, HugeChunksEndFlushAtTheirLastHugePage) {
-  const qm_probe_result_t *r = qm_probe_result();
-  if (!thp_available() || r->strategy != QM_STRATEGY_PROTECT)
-    GTEST_SKIP() << "no THP here, or a strategy that drops pages";
+  SKIP_UNLESS_THP_KEPT();
   set("quarantine_min_frees=0:quarantine_min_mb=0");
   char *p = static_cast<char *>(qm_malloc(3 * MiB + 5));
   size_t n = qm_malloc_usable_size(p);
@@ -230,9 +234,7 @@ TEST_F(Large, HugeChunksEndFlushAtTheirLastHugePage) {
 // any reuse: a request that would leave more than twice its size to spare
 // gets a fresh mapping instead.
 TEST_F(Large, ASmallerRequestOpensAHugeChunkInWholeHugePages) {
-  const qm_probe_result_t *r = qm_probe_result();
-  if (!thp_available() || r->strategy != QM_STRATEGY_PROTECT)
-    GTEST_SKIP() << "no THP here, or a strategy that drops pages";
+  SKIP_UNLESS_THP_KEPT();
   set("quarantine_min_frees=0:quarantine_min_mb=0");
   char *p = static_cast<char *>(qm_malloc(2 * MiB));
   size_t n = qm_malloc_usable_size(p);
@@ -263,9 +265,7 @@ TEST_F(Large, ASmallerRequestOpensAHugeChunkInWholeHugePages) {
 // quarantined pages could be dropped), so churn beside many such chunks
 // still reuses without drops, with the default window too.
 TEST_F(Large, LiveLeadsLeaveTheQuarantineRoom) {
-  const qm_probe_result_t *r = qm_probe_result();
-  if (!thp_available() || r->strategy != QM_STRATEGY_PROTECT)
-    GTEST_SKIP() << "no THP here, or a strategy that drops pages";
+  SKIP_UNLESS_THP_KEPT();
   set("quarantine_mb=48:quarantine_min_frees=16:quarantine_min_mb=32");
   std::vector<char *> live;
   for (int i = 0; i < 30; i++) /* 30 leads of 511 pages: 60 MiB, past the budget */
