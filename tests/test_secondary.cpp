@@ -283,6 +283,27 @@ TEST_F(Large, LiveLeadsLeaveTheQuarantineRoom) {
     qm_free(p);
 }
 
+// A shrink in place keeps its tail resident, counted against quarantine_mb:
+// past the budget, the quarantine drops pages at once, not at the next call.
+TEST_F(Large, ShrinkPastTheBudgetDropsAtOnce) {
+  if (qm_probe_result()->strategy != QM_STRATEGY_PROTECT)
+    GTEST_SKIP() << "a strategy that keeps no pages in the quarantine";
+  set("quarantine_mb=4:quarantine_min_frees=0:quarantine_min_mb=0");
+  for (int i = 0; i < 3; i++) {
+    char *q = static_cast<char *>(qm_malloc(MiB + i * 256 * KiB));
+    std::memset(q, 1, MiB);
+    qm_free(q);
+  }
+  char *p = static_cast<char *>(qm_malloc(8 * MiB));
+  std::memset(p, 2, 8 * MiB);
+  qm_stats_t before = stats();
+  p = static_cast<char *>(qm_realloc(p, 4 * MiB));
+  qm_stats_t s = stats();
+  EXPECT_EQ(s.realloc_in_place, before.realloc_in_place + 1);
+  EXPECT_GT(s.drops, before.drops) << "the 4 MiB tail put the quarantine past 4 MiB";
+  qm_free(p);
+}
+
 TEST_F(Large, CallocOfAFreshChunkTouchesNothing) {
   long f0 = qmt_minflt();
   char *p = static_cast<char *>(qm_calloc(1, 4 * MiB));
