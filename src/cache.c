@@ -8,7 +8,6 @@
 #include "cache.h"
 
 #include <pthread.h>
-#include <string.h>
 
 #include "lock.h"
 #include "meta.h"
@@ -232,8 +231,6 @@ uintptr_t qm__cache_take_slow(unsigned c) {
 }
 
 void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
-  if (qm__cache_checked && qm__opt.zero_on_free)
-    memset((void *)(chunk + QM_HDR), 0, qm__class[c].size - QM_HDR);
   if (!have_cache()) {
     qm__central_give(c, &chunk, 1);
     return;

@@ -55,7 +55,8 @@ extern uint64_t qm__cache_seed;
 
 /* The slow paths: take one chunk of class c (refilling the cache), or give
  * one back (draining it). take returns 0 when the class is exhausted. In
- * checked mode with zero_on_free, give zeroes the chunk's user bytes. */
+ * checked mode the caller has zeroed (zero_on_free) and checked the chunk
+ * given. */
 uintptr_t qm__cache_take_slow(unsigned c);
 void qm__cache_give_slow(uintptr_t chunk, unsigned c);
 /* Empties the calling thread's cache into the central lists. */
