@@ -50,6 +50,9 @@ static __thread uint32_t hnext[QM_NCLASS] __attribute__((tls_model("initial-exec
 __thread uint64_t qm__rng __attribute__((tls_model("initial-exec")));
 static _Atomic uint64_t seeds;
 static __thread qm_tcache_t *self __attribute__((tls_model("initial-exec")));
+/* This thread's group of the central lists (0 until it has a cache) */
+static __thread unsigned group __attribute__((tls_model("initial-exec")));
+static _Atomic unsigned groups_dealt;
 static __thread int state __attribute__((tls_model("initial-exec")));
 
 static qm_lock_t registry_lock = QM_LOCK_INIT;
@@ -97,6 +100,7 @@ static bool cache_create(void) {
   }
   tc->bin = qm__bin;
   self = tc;
+  group = atomic_fetch_add_explicit(&groups_dealt, 1, memory_order_relaxed) % QM_GROUPS;
   qm__rng = qm__cache_seed ^ (uintptr_t)&qm__rng ^
             atomic_fetch_add_explicit(&seeds, 0x9e3779b97f4a7c15ull, memory_order_relaxed);
   state = TC_LIVE; /* before setspecific, which may itself call malloc */
@@ -135,7 +139,7 @@ static void bin_put(unsigned c, uintptr_t chunk) {
   uint32_t *n = count_of(c), max = qm__class[c].cache_max;
   if (*n == max) {
     unsigned half = max / 2;
-    qm__central_give(c, b->slot + *n - half, half);
+    qm__central_give(c, group, b->slot + *n - half, half);
     *n -= half;
   }
   if (qm__cache_checked)
@@ -206,7 +210,7 @@ static void ring_flush(void) {
       delayed_t *d = &ring_of(c)[rhead[c]];
       rhead[c] = rhead[c] + 1 == ring_cap(c) ? 0 : rhead[c] + 1;
       rcount[c]--;
-      qm__central_give(c, &d->chunk, 1);
+      qm__central_give(c, group, &d->chunk, 1);
     }
 }
 
@@ -217,14 +221,14 @@ size_t qm__cache_delay_early(void) {
 uintptr_t qm__cache_take_slow(unsigned c) {
   if (!have_cache()) {
     uintptr_t one;
-    return qm__central_take(c, &one, 1) ? one : 0;
+    return qm__central_take(c, group, &one, 1) ? one : 0;
   }
   if (qm__opt.free_delay)
     ring_tick(c);
   qm_bin_t *b = &qm__bin[c];
   uint32_t *n = count_of(c);
   if (!*n)
-    *n = qm__central_take(c, b->slot, (qm__class[c].cache_max + 1) / 2);
+    *n = qm__central_take(c, group, b->slot, (qm__class[c].cache_max + 1) / 2);
   if (!*n)
     return 0;
   return qm__cache_checked ? take_checked(c) : b->slot[--*n];
@@ -232,7 +236,7 @@ uintptr_t qm__cache_take_slow(unsigned c) {
 
 void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
   if (!have_cache()) {
-    qm__central_give(c, &chunk, 1);
+    qm__central_give(c, group, &chunk, 1);
     return;
   }
   if (qm__opt.free_delay)
@@ -247,7 +251,7 @@ void qm__cache_flush_self(void) {
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     uint32_t *n = count_of(c);
     if (*n)
-      qm__central_give(c, qm__bin[c].slot, *n);
+      qm__central_give(c, group, qm__bin[c].slot, *n);
     *n = 0;
   }
 }

@@ -1,9 +1,9 @@
 /* primary.c: size classes, the one reservation that holds every class
  * region, and per-class central free lists of chunk addresses kept in
- * out-of-band batches. Regions are committed (PROT_NONE -> RW) as they are
- * carved, and pages wholly covered by central free chunks go back to the
- * kernel at most once per release interval. Lock order: a class lock, then
- * the meta lock; no two class locks are held at once except by fork.
+ * out-of-band batches, one stack per group of threads. Regions are committed (PROT_NONE -> RW) as
+ * they are carved, and pages wholly covered by central free chunks go back to the kernel at most
+ * once per release interval. Lock order: a class lock, then the meta lock; no two class locks are
+ * held at once except by fork.
  */
 #include "primary.h"
 
@@ -27,10 +27,18 @@ typedef struct qm_batch {
 
 typedef struct central {
   qm_lock_t lock;
-  qm_batch_t *full;  /* stack of batches; the top one may be partial */
-  qm_batch_t *spare; /* empty batch nodes for reuse */
-  size_t nfree;      /* chunks held in batches */
-  size_t carved;     /* bytes carved from the region start */
+  /* stacks of batches, one per group of threads (the top one may be
+   * partial): a thread's cache gives to and takes from its own group's
+   * first, so chunks given back by one thread go back to it or to threads
+   * of its group rather than to any thread. Chunks that two threads hand
+   * back and forth end up side by side in the same cache lines, each
+   * thread's stores pulling those lines from the other's core: small churn
+   * with 2 threads ran at half the speed of 2 one-thread processes. */
+  qm_batch_t *full[QM_GROUPS];
+  size_t nfree_of[QM_GROUPS]; /* chunks in each group's stack */
+  qm_batch_t *spare;          /* empty batch nodes for reuse */
+  size_t nfree;               /* chunks held in batches, in all */
+  size_t carved;              /* bytes carved from the region start */
   size_t given_since_purge;
   uint64_t last_purge_ns;
   size_t purged_bytes, purges;
@@ -46,6 +54,9 @@ static _Atomic uint64_t pending; /* classes with a purge due (bit c) */
 #define RSHIFT_MIN 21
 /* Commit at least this much at a time: each commit is an mprotect. */
 #define COMMIT_STEP ((size_t)256 << 10)
+/* A group's chunks of a class that another group's take may have before
+ * carving: more than this many bytes (see qm__central_take). */
+#define STEAL_MIN ((size_t)256 << 10)
 /* A class is worth a purge scan once this much went back to its list. */
 #define PURGE_MIN ((size_t)64 << 10)
 
@@ -218,41 +229,67 @@ static void arm(unsigned c, uintptr_t *out, unsigned n, size_t carved) {
   }
 }
 
-unsigned qm__central_take(unsigned c, uintptr_t *out, unsigned want) {
-  if (atomic_load_explicit(&pending, memory_order_relaxed))
-    purge_pending();
-  central_t *cl = &central[c];
-  size_t size = qm__class[c].size;
-  unsigned n = 0;
-  qm_lock(&cl->lock);
-  while (n < want && cl->full) {
-    qm_batch_t *b = cl->full;
+/* Moves up to want - n chunks of group g's stack into out[n..]; returns the
+ * new n. Called with the class lock held. */
+static unsigned pop_group(central_t *cl, unsigned g, uintptr_t *out, unsigned n, unsigned want) {
+  unsigned had = n;
+  while (n < want && cl->full[g]) {
+    qm_batch_t *b = cl->full[g];
     while (b->count && n < want)
       out[n++] = b->chunk[--b->count];
     if (!b->count) {
-      cl->full = b->next;
+      cl->full[g] = b->next;
       b->next = cl->spare;
       cl->spare = b;
     }
   }
-  cl->nfree -= n;
-  if (n < want) {
-    /* the last chunk's canary may reach 8 bytes past its end (into where
-     * the next chunk's guard word goes): keep them inside the region and
-     * committed */
-    size_t limit = ((size_t)1 << qm__rshift) - QM_HDR;
-    /* slots for the chunks wanted, and for the dead ones among them */
-    size_t k = 0, live = 0;
-    for (size_t at = cl->carved; live < want - n && at + size <= limit; at += size, k++)
-      live += !qm_slot_dead(at, size);
-    if (k && !commit(c, cl->carved + k * size + QM_HDR)) {
-      size_t have = atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
-      k = have >= cl->carved + QM_HDR ? (have - cl->carved - QM_HDR) / size : 0;
-    }
-    for (; k; k--, cl->carved += size)
-      if (!qm_slot_dead(cl->carved, size))
-        out[n++] = region(c) + cl->carved;
+  cl->nfree_of[g] -= n - had;
+  cl->nfree -= n - had;
+  return n;
+}
+
+/* Carves up to want - n fresh chunks into out[n..], committing as needed;
+ * returns the new n. Called with the class lock held. */
+static unsigned carve(unsigned c, central_t *cl, uintptr_t *out, unsigned n, unsigned want) {
+  size_t size = qm__class[c].size;
+  /* the last chunk's canary may reach 8 bytes past its end (into where
+   * the next chunk's guard word goes): keep them inside the region and
+   * committed */
+  size_t limit = ((size_t)1 << qm__rshift) - QM_HDR;
+  /* slots for the chunks wanted, and for the dead ones among them */
+  size_t k = 0, live = 0;
+  for (size_t at = cl->carved; live < want - n && at + size <= limit; at += size, k++)
+    live += !qm_slot_dead(at, size);
+  if (k && !commit(c, cl->carved + k * size + QM_HDR)) {
+    size_t have = atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
+    k = have >= cl->carved + QM_HDR ? (have - cl->carved - QM_HDR) / size : 0;
   }
+  for (; k; k--, cl->carved += size)
+    if (!qm_slot_dead(cl->carved, size))
+      out[n++] = region(c) + cl->carved;
+  return n;
+}
+
+unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want) {
+  if (atomic_load_explicit(&pending, memory_order_relaxed))
+    purge_pending();
+  central_t *cl = &central[c];
+  unsigned n = 0, own = group % QM_GROUPS;
+  /* Another group's chunks are taken before carving only once it holds
+   * more than STEAL_MIN bytes of them (a thread that frees what others
+   * allocate, say): below that, carving keeps each group's chunks apart,
+   * and what a group leaves idle stays bounded. Once the region cannot
+   * give more, any group's. */
+  size_t steal_min = STEAL_MIN / qm__class[c].size;
+  qm_lock(&cl->lock);
+  n = pop_group(cl, own, out, n, want);
+  for (unsigned g = 0; g < QM_GROUPS && n < want; g++)
+    if (g != own && cl->nfree_of[g] > steal_min)
+      n = pop_group(cl, g, out, n, want);
+  if (n < want)
+    n = carve(c, cl, out, n, want);
+  for (unsigned g = 0; g < QM_GROUPS && n < want; g++)
+    n = pop_group(cl, g, out, n, want);
   size_t carved = cl->carved;
   qm_unlock(&cl->lock);
   arm(c, out, n, carved);
@@ -276,19 +313,20 @@ static void purge_locked(unsigned c) {
   /* a free chunk covers its bytes but its guard word, plus the next
    * chunk's guard word: a live chunk's canary can reach into the latter,
    * and its page must keep it */
-  for (qm_batch_t *b = cl->full; b; b = b->next) {
-    for (uint32_t i = 0; i < b->count; i++) {
-      size_t lo = b->chunk[i] - region(c) + 8, hi = lo + size;
-      if (hi > npages * pg)
-        hi = npages * pg;
-      while (lo < hi) {
-        size_t pend = qm_align_down(lo, pg) + pg;
-        size_t upto = pend < hi ? pend : hi;
-        cover[lo / pg] += (uint32_t)(upto - lo);
-        lo = upto;
+  for (unsigned g = 0; g < QM_GROUPS; g++)
+    for (qm_batch_t *b = cl->full[g]; b; b = b->next) {
+      for (uint32_t i = 0; i < b->count; i++) {
+        size_t lo = b->chunk[i] - region(c) + 8, hi = lo + size;
+        if (hi > npages * pg)
+          hi = npages * pg;
+        while (lo < hi) {
+          size_t pend = qm_align_down(lo, pg) + pg;
+          size_t upto = pend < hi ? pend : hi;
+          cover[lo / pg] += (uint32_t)(upto - lo);
+          lo = upto;
+        }
       }
     }
-  }
   /* the never-carved tail, past where the last chunk's canary may reach */
   size_t tail = cl->carved + 8;
   if (tail < npages * pg && tail % pg)
@@ -312,11 +350,12 @@ static void purge_locked(unsigned c) {
   qm_os_unmap(cover, qm_page_up(npages * sizeof *cover));
 }
 
-void qm__central_give(unsigned c, const uintptr_t *in, unsigned n) {
+void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned n) {
   central_t *cl = &central[c];
+  qm_batch_t **full = &cl->full[group % QM_GROUPS];
   qm_lock(&cl->lock);
   for (unsigned i = 0; i < n; i++) {
-    qm_batch_t *b = cl->full;
+    qm_batch_t *b = *full;
     if (!b || b->count == BATCH_CAP) {
       b = cl->spare;
       if (b)
@@ -324,10 +363,11 @@ void qm__central_give(unsigned c, const uintptr_t *in, unsigned n) {
       else if (!(b = qm__meta_alloc(sizeof *b)))
         break; /* no memory even for bookkeeping: these chunks are lost */
       b->count = 0;
-      b->next = cl->full;
-      cl->full = b;
+      b->next = *full;
+      *full = b;
     }
     b->chunk[b->count++] = in[i];
+    cl->nfree_of[group % QM_GROUPS]++;
     cl->nfree++;
   }
   /* a scan costs O(free chunks): run one only when a quarter of the list is

@@ -80,15 +80,20 @@ QM_INLINE uintptr_t qm_chunk_index(uintptr_t roff, unsigned c) {
   return (uintptr_t)(((unsigned __int128)roff * qm__class[c].magic) >> 64);
 }
 
+/* Thread groups of the central lists: a thread's cache belongs to one, in
+ * the order caches are made. */
+#define QM_GROUPS 4u
+
 /* secret: the per-process secret the region keys are derived from */
 int qm__primary_init(uint64_t secret);
 /* Moves up to want free chunks of class c into out (chunk addresses), from
- * the central list or carved fresh, each checked (in its region, on a chunk
- * boundary, carved) and given a fresh FREE header; 0 when the region is
- * exhausted or the kernel refused to commit more. */
-unsigned qm__central_take(unsigned c, uintptr_t *out, unsigned want);
-/* Gives n free chunks back to the central list of class c. */
-void qm__central_give(unsigned c, const uintptr_t *in, unsigned n);
+ * the central list (those given by group first) or carved fresh, each
+ * checked (in its region, on a chunk boundary, carved) and given a fresh
+ * FREE header; 0 when the region is exhausted or the kernel refused to
+ * commit more. */
+unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want);
+/* Gives n free chunks back to the central list of class c, as group's. */
+void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned n);
 /* Returns fully free pages of every class to the kernel now. */
 size_t qm__primary_purge_all(void);
 /* Guard pages made inside class regions, and refused (the page stayed RW);

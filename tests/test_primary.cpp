@@ -240,6 +240,56 @@ TEST(Primary, FreesFromOtherThreadsAreCorrect) {
     qm_free(p);
 }
 
+// The chunks of a class that one thread frees and, in another, `n` mallocs
+// of the same size: how many of those the second thread got back.
+size_t taken_across_threads(size_t n, size_t size) {
+  std::set<void *> freed;
+  std::thread a([&] {
+    std::vector<void *> v(n);
+    for (void *&p : v)
+      freed.insert(p = qm_malloc(size));
+    for (void *p : v)
+      qm_free(p);
+  }); // its exit hands its cache back, to its group's stack
+  a.join();
+  size_t overlap = 0;
+  std::thread b([&] {
+    std::vector<void *> v(n);
+    for (void *&p : v)
+      overlap += freed.count(p = qm_malloc(size));
+    for (void *p : v)
+      qm_free(p);
+  });
+  b.join();
+  return overlap;
+}
+
+bool groups_apply() {
+  // no caches, or no small chunks: every thread takes from the same lists
+  return qmt_option("thread_cache") && !qmt_option("guard_all");
+}
+
+// A thread's cache gives back to and takes from its own group's stack, so
+// the chunks one thread handed back are not what the next thread gets while
+// they are few: carving keeps two threads' chunks out of each other's
+// cache lines. (One shared stack gave the second thread all of them.)
+TEST(Primary, ChunksAThreadGaveBackStayWithItsGroup) {
+  if (!groups_apply())
+    GTEST_SKIP() << "no thread caches or guard_all=1";
+  // 80 chunks of 2900 bytes: less than the 256 KiB another group may take
+  EXPECT_EQ(taken_across_threads(80, 2900), 0u);
+}
+
+// ... and once one group holds many, another takes them before carving
+// more, so a thread that only frees what others allocate leaves no pile
+// that grows without bound.
+TEST(Primary, AnotherGroupTakesAPileBeforeCarving) {
+  if (!groups_apply())
+    GTEST_SKIP() << "no thread caches or guard_all=1";
+  // 800 chunks of 2900 bytes: 2.3 MiB
+  EXPECT_GE(taken_across_threads(800, 2900), 400u);
+}
+
 TEST(Primary, ThreadExitHandsItsCacheBack) {
   if (!qmt_option("thread_cache"))
     GTEST_SKIP() << "thread_cache=0: no caches to hand back";
