@@ -8,6 +8,7 @@
 #include "cache.h"
 
 #include <pthread.h>
+#include <string.h>
 
 #include "lock.h"
 #include "meta.h"
@@ -50,9 +51,12 @@ static __thread uint32_t hnext[QM_NCLASS] __attribute__((tls_model("initial-exec
 __thread uint64_t qm__rng __attribute__((tls_model("initial-exec")));
 static _Atomic uint64_t seeds;
 static __thread qm_tcache_t *self __attribute__((tls_model("initial-exec")));
-/* This thread's group of the central lists (0 until it has a cache) */
+/* This thread's group of the central lists: 0 until it has a cache, then
+ * the group with the fewest live caches, kept after the thread's cache is
+ * gone (its later frees go to the central lists) */
 static __thread unsigned group __attribute__((tls_model("initial-exec")));
-static _Atomic unsigned groups_dealt;
+static size_t group_live[QM_GROUPS]; /* live caches per group, under registry_lock */
+static unsigned group_next;          /* where the search for the fewest starts */
 static __thread int state __attribute__((tls_model("initial-exec")));
 
 static qm_lock_t registry_lock = QM_LOCK_INIT;
@@ -100,11 +104,20 @@ static bool cache_create(void) {
   }
   tc->bin = qm__bin;
   self = tc;
-  group = atomic_fetch_add_explicit(&groups_dealt, 1, memory_order_relaxed) % QM_GROUPS;
   qm__rng = qm__cache_seed ^ (uintptr_t)&qm__rng ^
             atomic_fetch_add_explicit(&seeds, 0x9e3779b97f4a7c15ull, memory_order_relaxed);
   state = TC_LIVE; /* before setspecific, which may itself call malloc */
   qm_lock(&registry_lock);
+  /* the fewest live caches; among equals, the next one round */
+  unsigned best = group_next % QM_GROUPS;
+  for (unsigned k = 1; k < QM_GROUPS; k++) {
+    unsigned g = (group_next + k) % QM_GROUPS;
+    if (group_live[g] < group_live[best])
+      best = g;
+  }
+  group = best;
+  group_live[best]++;
+  group_next = best + 1;
   tc->prev = NULL;
   tc->next = registry;
   if (registry)
@@ -274,6 +287,7 @@ static void on_thread_exit(void *arg) {
   if (tc->next)
     tc->next->prev = tc->prev;
   nthreads--;
+  group_live[group]--;
   tc->next = spares;
   spares = tc;
   qm_unlock(&registry_lock);
@@ -292,6 +306,8 @@ size_t qm__cache_held_bytes(void) {
 
 size_t qm__cache_threads(void) { return nthreads; }
 
+unsigned qm__cache_group(void) { return group; }
+
 void qm__cache_init(void) { key_ok = pthread_key_create(&exit_key, on_thread_exit) == 0; }
 
 void qm__cache_fork_prepare(void) { qm_lock(&registry_lock); }
@@ -304,6 +320,8 @@ void qm__cache_fork_child(void) {
   qm_lock_reinit(&registry_lock);
   registry = state == TC_LIVE ? self : NULL;
   nthreads = registry ? 1 : 0;
+  memset(group_live, 0, sizeof group_live);
+  group_live[group] = nthreads;
   if (registry)
     registry->next = registry->prev = NULL;
 }

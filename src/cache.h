@@ -69,5 +69,7 @@ void qm__cache_init(void); /* the thread-exit key; after the primary */
 void qm__cache_fork_prepare(void);
 void qm__cache_fork_parent(void);
 void qm__cache_fork_child(void);
+/* The calling thread's group of the central lists. */
+unsigned qm__cache_group(void);
 
 #endif

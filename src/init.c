@@ -106,7 +106,7 @@ static void fork_child(void) {
   qm__cache_fork_child();
   qm_lock_reinit(&qm__meta_lock);
   qm__zero_fork_child();
-  qm__primary_reinit_locks();
+  qm__primary_fork_child(qm__cache_group());
   qm__large_fork_child();
   qm__guarded_fork_child();
 }

@@ -1,9 +1,10 @@
 /* primary.c: size classes, the one reservation that holds every class
  * region, and per-class central free lists of chunk addresses kept in
- * out-of-band batches, one stack per group of threads. Regions are committed (PROT_NONE -> RW) as
- * they are carved, and pages wholly covered by central free chunks go back to the kernel at most
- * once per release interval. Lock order: a class lock, then the meta lock; no two class locks are
- * held at once except by fork.
+ * out-of-band batches, one stack per group of threads. Regions are
+ * committed (PROT_NONE -> RW) as they are carved, and pages wholly covered
+ * by central free chunks go back to the kernel at most once per release
+ * interval. Lock order: a class lock, then the meta lock; no two class
+ * locks are held at once except by fork.
  */
 #include "primary.h"
 
@@ -29,9 +30,9 @@ typedef struct central {
   qm_lock_t lock;
   /* stacks of batches, one per group of threads (the top one may be
    * partial): a thread's cache gives to and takes from its own group's
-   * first, so chunks given back by one thread go back to it or to threads
-   * of its group rather than to any thread. Chunks that two threads hand
-   * back and forth end up side by side in the same cache lines, each
+   * first, so while few, the chunks one thread gave back go back to it or
+   * to threads of its group, not to any thread. Chunks that two threads
+   * hand back and forth end up side by side in the same cache lines, each
    * thread's stores pulling those lines from the other's core: small churn
    * with 2 threads ran at half the speed of 2 one-thread processes. */
   qm_batch_t *full[QM_GROUPS];
@@ -54,9 +55,6 @@ static _Atomic uint64_t pending; /* classes with a purge due (bit c) */
 #define RSHIFT_MIN 21
 /* Commit at least this much at a time: each commit is an mprotect. */
 #define COMMIT_STEP ((size_t)256 << 10)
-/* A group's chunks of a class that another group's take may have before
- * carving: more than this many bytes (see qm__central_take). */
-#define STEAL_MIN ((size_t)256 << 10)
 /* A class is worth a purge scan once this much went back to its list. */
 #define PURGE_MIN ((size_t)64 << 10)
 
@@ -276,15 +274,16 @@ unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned w
   central_t *cl = &central[c];
   unsigned n = 0, own = group % QM_GROUPS;
   /* Another group's chunks are taken before carving only once it holds
-   * more than STEAL_MIN bytes of them (a thread that frees what others
+   * more than QM_STEAL_MIN bytes of them (a thread that frees what others
    * allocate, say): below that, carving keeps each group's chunks apart,
    * and what a group leaves idle stays bounded. Once the region cannot
    * give more, any group's. */
-  size_t steal_min = STEAL_MIN / qm__class[c].size;
+  size_t steal_min = QM_STEAL_MIN / qm__class[c].size;
   qm_lock(&cl->lock);
   n = pop_group(cl, own, out, n, want);
-  for (unsigned g = 0; g < QM_GROUPS && n < want; g++)
-    if (g != own && cl->nfree_of[g] > steal_min)
+  for (unsigned k = 1, g = (own + 1) % QM_GROUPS; k < QM_GROUPS && n < want;
+       k++, g = (g + 1) % QM_GROUPS)
+    if (cl->nfree_of[g] > steal_min)
       n = pop_group(cl, g, out, n, want);
   if (n < want)
     n = carve(c, cl, out, n, want);
@@ -296,7 +295,7 @@ unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned w
   return n;
 }
 
-/* Scans the central list of class c and gives every page that its free
+/* Scans every group's stack of class c and gives every page that its free
  * chunks (and the never-carved tail) cover completely back to the kernel.
  * Called with the class lock held. */
 static void purge_locked(unsigned c) {
@@ -348,6 +347,14 @@ static void purge_locked(unsigned c) {
   }
   cl->purges++;
   qm_os_unmap(cover, qm_page_up(npages * sizeof *cover));
+}
+
+size_t qm__central_group_free(unsigned c, unsigned group) {
+  central_t *cl = &central[c];
+  qm_lock(&cl->lock);
+  size_t n = cl->nfree_of[group % QM_GROUPS];
+  qm_unlock(&cl->lock);
+  return n;
 }
 
 void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned n) {
@@ -440,7 +447,24 @@ void qm__primary_unlock_all(void) {
   for (unsigned c = QM_NCLASS; c--;)
     qm_unlock(&central[c].lock);
 }
-void qm__primary_reinit_locks(void) {
-  for (unsigned c = 0; c < QM_NCLASS; c++)
-    qm_lock_reinit(&central[c].lock);
+/* The forking thread is the child's only one: every group's stack becomes
+ * its group's, or chunks below QM_STEAL_MIN in the others would sit unused. */
+void qm__primary_fork_child(unsigned group) {
+  unsigned own = group % QM_GROUPS;
+  for (unsigned c = 0; c < QM_NCLASS; c++) {
+    central_t *cl = &central[c];
+    qm_lock_reinit(&cl->lock);
+    for (unsigned g = 0; g < QM_GROUPS; g++)
+      while (g != own && cl->full[g]) {
+        qm_batch_t *b = cl->full[g];
+        cl->full[g] = b->next;
+        b->next = cl->full[own];
+        cl->full[own] = b;
+      }
+    for (unsigned g = 0; g < QM_GROUPS; g++)
+      if (g != own) {
+        cl->nfree_of[own] += cl->nfree_of[g];
+        cl->nfree_of[g] = 0;
+      }
+  }
 }

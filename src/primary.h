@@ -80,18 +80,25 @@ QM_INLINE uintptr_t qm_chunk_index(uintptr_t roff, unsigned c) {
   return (uintptr_t)(((unsigned __int128)roff * qm__class[c].magic) >> 64);
 }
 
-/* Thread groups of the central lists: a thread's cache belongs to one, in
- * the order caches are made. */
+/* Thread groups of the central lists: a thread's cache joins the one with
+ * the fewest live caches. */
 #define QM_GROUPS 4u
+/* Another group takes a group's chunks of a class before carving only
+ * while that group holds more than this many bytes of them (see
+ * qm__central_take): what a group leaves idle per class stays below it. */
+#define QM_STEAL_MIN ((size_t)128 << 10)
 
 /* secret: the per-process secret the region keys are derived from */
 int qm__primary_init(uint64_t secret);
-/* Moves up to want free chunks of class c into out (chunk addresses), from
- * the central list (those given by group first) or carved fresh, each
- * checked (in its region, on a chunk boundary, carved) and given a fresh
- * FREE header; 0 when the region is exhausted or the kernel refused to
- * commit more. */
+/* Moves up to want free chunks of class c into out (chunk addresses): from
+ * group's stack, then from other groups' that hold more than QM_STEAL_MIN,
+ * then carved fresh, then (when no more can be carved) from any group's;
+ * each checked (in its region, on a chunk boundary, carved) and given a
+ * fresh FREE header. 0 when every stack is empty and nothing more can be
+ * carved or committed. */
 unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want);
+/* Chunks of class c in group's stack (for tests and stats). */
+size_t qm__central_group_free(unsigned c, unsigned group);
 /* Gives n free chunks back to the central list of class c, as group's. */
 void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned n);
 /* Returns fully free pages of every class to the kernel now. */
@@ -107,6 +114,7 @@ void qm__primary_stats(qm_primary_stats_t *s);
 
 void qm__primary_lock_all(void);
 void qm__primary_unlock_all(void);
-void qm__primary_reinit_locks(void);
+/* In a fork child: fresh locks, and every central chunk given to group's. */
+void qm__primary_fork_child(unsigned group);
 
 #endif

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "meta.h"
 #include "options.h"
 #include "os.h"
@@ -141,3 +142,14 @@ void qmt_ro_range(uintptr_t *lo, uintptr_t *hi) {
 
 void qmt_poke_options(void) { *(volatile uint64_t *)&qm__opt.verbose = 1; }
 void qmt_poke_class_key(void) { *(volatile uint64_t *)&qm__class[3].key ^= 1; }
+
+unsigned qmt_thread_group(void) { return qm__cache_group(); }
+unsigned qmt_groups(void) { return QM_GROUPS; }
+size_t qmt_group_free(size_t n, unsigned g) { return qm__central_group_free(qm_class_of(n), g); }
+size_t qmt_steal_min_chunks(size_t n) { return QM_STEAL_MIN / qm__class[qm_class_of(n)].size; }
+size_t qmt_small_carved(void) {
+  qm_primary_stats_t s;
+  qm__primary_stats(&s);
+  return s.carved;
+}
+void qmt_flush_thread_cache(void) { qm__cache_flush_self(); }

@@ -32,6 +32,17 @@ void qmt_guards(size_t *made, size_t *missed, int *markers);
 uintptr_t qmt_committed_end(unsigned c);
 /* 1 if p lies in the small-chunk heap. */
 int qmt_is_small(const void *p);
+/* The calling thread's group of the central lists, their number, the
+ * chunks of size n's class in group g's stack, and how many of those
+ * another group may take before it carves (QM_STEAL_MIN in chunks). */
+unsigned qmt_thread_group(void);
+unsigned qmt_groups(void);
+size_t qmt_group_free(size_t n, unsigned g);
+size_t qmt_steal_min_chunks(size_t n);
+/* Empties the calling thread's cache into the central lists. */
+void qmt_flush_thread_cache(void);
+/* Bytes carved from all class regions so far. */
+size_t qmt_small_carved(void);
 
 /* Unmaps every quarantined large chunk. */
 void qmt_quarantine_flush(void);

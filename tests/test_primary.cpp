@@ -240,54 +240,89 @@ TEST(Primary, FreesFromOtherThreadsAreCorrect) {
     qm_free(p);
 }
 
-// The chunks of a class that one thread frees and, in another, `n` mallocs
-// of the same size: how many of those the second thread got back.
-size_t taken_across_threads(size_t n, size_t size) {
-  std::set<void *> freed;
-  std::thread a([&] {
-    std::vector<void *> v(n);
-    for (void *&p : v)
-      freed.insert(p = qm_malloc(size));
-    for (void *p : v)
-      qm_free(p);
-  }); // its exit hands its cache back, to its group's stack
-  a.join();
-  size_t overlap = 0;
-  std::thread b([&] {
-    std::vector<void *> v(n);
-    for (void *&p : v)
-      overlap += freed.count(p = qm_malloc(size));
-    for (void *p : v)
-      qm_free(p);
-  });
-  b.join();
-  return overlap;
-}
-
 bool groups_apply() {
   // no caches, or no small chunks: every thread takes from the same lists
   return qmt_option("thread_cache") && !qmt_option("guard_all");
 }
 
 // A thread's cache gives back to and takes from its own group's stack, so
-// the chunks one thread handed back are not what the next thread gets while
-// they are few: carving keeps two threads' chunks out of each other's
-// cache lines. (One shared stack gave the second thread all of them.)
+// the chunks one thread handed back are not what a thread of another group
+// gets while they are few: carving keeps two threads' chunks out of each
+// other's cache lines. (One shared stack gave the second thread all of them.)
 TEST(Primary, ChunksAThreadGaveBackStayWithItsGroup) {
   if (!groups_apply())
     GTEST_SKIP() << "no thread caches or guard_all=1";
-  // 80 chunks of 2900 bytes: less than the 256 KiB another group may take
-  EXPECT_EQ(taken_across_threads(80, 2900), 0u);
+  const size_t size = 1000, n = qmt_steal_min_chunks(size) / 2;
+  std::set<void *> freed;
+  std::atomic<int> step{0};
+  unsigned ga = 0, gb = 0;
+  size_t overlap = 0;
+  std::thread a([&] {
+    // first what earlier tests left in its group's stack, held until the
+    // end, then n chunks freed at once: its stack holds at most those
+    std::vector<void *> hold;
+    hold.push_back(qm_malloc(size));
+    ga = qmt_thread_group();
+    while (qmt_group_free(size, ga) && hold.size() < 100000)
+      hold.push_back(qm_malloc(size));
+    std::vector<void *> v(n);
+    for (void *&p : v)
+      freed.insert(p = qm_malloc(size));
+    for (void *p : v)
+      qm_free(p);
+    qmt_flush_thread_cache(); // to its group's stack
+    step = 1;
+    while (step != 2)
+      std::this_thread::yield();
+    for (void *p : hold)
+      qm_free(p);
+  });
+  while (step != 1)
+    std::this_thread::yield();
+  std::thread b([&] {
+    std::vector<void *> v(n);
+    for (void *&p : v)
+      overlap += freed.count(p = qm_malloc(size));
+    gb = qmt_thread_group();
+    for (void *p : v)
+      qm_free(p);
+  });
+  b.join();
+  step = 2;
+  a.join();
+  ASSERT_NE(ga, gb) << "a thread's cache joins the group with the fewest live caches";
+  EXPECT_EQ(overlap, 0u);
 }
 
-// ... and once one group holds many, another takes them before carving
+// ... and once a group holds many, another takes them before it carves
 // more, so a thread that only frees what others allocate leaves no pile
 // that grows without bound.
 TEST(Primary, AnotherGroupTakesAPileBeforeCarving) {
   if (!groups_apply())
     GTEST_SKIP() << "no thread caches or guard_all=1";
-  // 800 chunks of 2900 bytes: 2.3 MiB
-  EXPECT_GE(taken_across_threads(800, 2900), 400u);
+  const size_t size = 1000, steal_min = qmt_steal_min_chunks(size), n = 4 * steal_min;
+  std::thread a([&] {
+    std::vector<void *> v(n);
+    for (void *&p : v)
+      p = qm_malloc(size);
+    for (void *p : v)
+      qm_free(p);
+  }); // its exit hands its cache back to its group's stack
+  a.join();
+  size_t carved = 0;
+  std::thread b([&] {
+    std::vector<void *> v(n);
+    size_t before = qmt_small_carved();
+    for (void *&p : v)
+      p = qm_malloc(size);
+    carved = qmt_small_carved() - before;
+    for (void *p : v)
+      qm_free(p);
+  });
+  b.join();
+  // b carves only once a's pile is down to steal_min (its cache takes 16
+  // chunks of this class at a time); without taking it, all n
+  EXPECT_LE(carved, (steal_min + 32) * (size + 16 + 32));
 }
 
 TEST(Primary, ThreadExitHandsItsCacheBack) {
