@@ -38,7 +38,6 @@ typedef struct central {
   qm_batch_t *full[QM_GROUPS];
   size_t nfree_of[QM_GROUPS]; /* chunks in each group's stack */
   qm_batch_t *spare;          /* empty batch nodes for reuse */
-  size_t nfree;               /* chunks held in batches, in all */
   size_t carved;              /* bytes carved from the region start */
   size_t given_since_purge;
   uint64_t last_purge_ns;
@@ -227,6 +226,14 @@ static void arm(unsigned c, uintptr_t *out, unsigned n, size_t carved) {
   }
 }
 
+/* Chunks held in all groups' stacks. Called with the class lock held. */
+static size_t nfree(const central_t *cl) {
+  size_t n = 0;
+  for (unsigned g = 0; g < QM_GROUPS; g++)
+    n += cl->nfree_of[g];
+  return n;
+}
+
 /* Moves up to want - n chunks of group g's stack into out[n..]; returns the
  * new n. Called with the class lock held. */
 static unsigned pop_group(central_t *cl, unsigned g, uintptr_t *out, unsigned n, unsigned want) {
@@ -242,7 +249,6 @@ static unsigned pop_group(central_t *cl, unsigned g, uintptr_t *out, unsigned n,
     }
   }
   cl->nfree_of[g] -= n - had;
-  cl->nfree -= n - had;
   return n;
 }
 
@@ -304,7 +310,7 @@ static void purge_locked(unsigned c) {
   size_t npages = qm_page_up(cl->carved) / pg;
   cl->given_since_purge = 0;
   cl->last_purge_ns = now_ns();
-  if (!npages || cl->nfree * size < 2 * pg)
+  if (!npages || nfree(cl) * size < 2 * pg)
     return;
   uint32_t *cover;
   if (qm_os_map(npages * sizeof *cover, 0, QM_PROT_RW, (void **)&cover))
@@ -359,7 +365,8 @@ size_t qm__central_group_free(unsigned c, unsigned group) {
 
 void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned n) {
   central_t *cl = &central[c];
-  qm_batch_t **full = &cl->full[group % QM_GROUPS];
+  unsigned g = group % QM_GROUPS;
+  qm_batch_t **full = &cl->full[g];
   qm_lock(&cl->lock);
   for (unsigned i = 0; i < n; i++) {
     qm_batch_t *b = *full;
@@ -374,15 +381,14 @@ void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned 
       *full = b;
     }
     b->chunk[b->count++] = in[i];
-    cl->nfree_of[group % QM_GROUPS]++;
-    cl->nfree++;
+    cl->nfree_of[g]++;
   }
   /* a scan costs O(free chunks): run one only when a quarter of the list is
    * new since the last, so its cost per freed chunk stays constant; too soon
    * after the last one, leave it pending for the next slow path of any class */
   size_t size = qm__class[c].size;
   cl->given_since_purge += (size_t)n * size;
-  if (cl->given_since_purge >= PURGE_MIN && cl->given_since_purge >= cl->nfree * size / 4) {
+  if (cl->given_since_purge >= PURGE_MIN && cl->given_since_purge >= nfree(cl) * size / 4) {
     if (now_ns() - cl->last_purge_ns >= qm__opt.release_interval_ms * 1000000u)
       purge_locked(c);
     else
@@ -432,7 +438,7 @@ void qm__primary_stats(qm_primary_stats_t *s) {
     qm_lock(&cl->lock);
     s->committed += atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
     s->carved += cl->carved;
-    s->central_free += cl->nfree * qm__class[c].size;
+    s->central_free += nfree(cl) * qm__class[c].size;
     s->purged_bytes += cl->purged_bytes;
     s->purges += cl->purges;
     qm_unlock(&cl->lock);
@@ -454,17 +460,17 @@ void qm__primary_fork_child(unsigned group) {
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     central_t *cl = &central[c];
     qm_lock_reinit(&cl->lock);
-    for (unsigned g = 0; g < QM_GROUPS; g++)
-      while (g != own && cl->full[g]) {
+    for (unsigned g = 0; g < QM_GROUPS; g++) {
+      if (g == own)
+        continue;
+      while (cl->full[g]) {
         qm_batch_t *b = cl->full[g];
         cl->full[g] = b->next;
         b->next = cl->full[own];
         cl->full[own] = b;
       }
-    for (unsigned g = 0; g < QM_GROUPS; g++)
-      if (g != own) {
-        cl->nfree_of[own] += cl->nfree_of[g];
-        cl->nfree_of[g] = 0;
-      }
+      cl->nfree_of[own] += cl->nfree_of[g];
+      cl->nfree_of[g] = 0;
+    }
   }
 }

@@ -97,7 +97,7 @@ int qm__primary_init(uint64_t secret);
  * fresh FREE header. 0 when every stack is empty and nothing more can be
  * carved or committed. */
 unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want);
-/* Chunks of class c in group's stack (for tests and stats). */
+/* Chunks of class c in group's stack (for tests). */
 size_t qm__central_group_free(unsigned c, unsigned group);
 /* Gives n free chunks back to the central list of class c, as group's. */
 void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned n);
