@@ -227,9 +227,11 @@ static void ring_flush(void) {
     }
 }
 
+#ifdef QM_TEST_HOOKS
 size_t qm__cache_delay_early(void) {
   return atomic_load_explicit(&delay_early, memory_order_relaxed);
 }
+#endif
 
 uintptr_t qm__cache_take_slow(unsigned c) {
   if (!have_cache()) {

@@ -48,8 +48,10 @@ QM_INLINE uint32_t qm_bin_insert(uintptr_t *slot, uint32_t n, uintptr_t chunk) {
  * the checks the fast paths leave out. Set once, by init, before any
  * allocation. */
 extern bool qm__cache_checked;
-/* Chunks that left a delayed-free ring early (the ring was full). */
+#ifdef QM_TEST_HOOKS
+/* Test hook: chunks that left a delayed-free ring early (the ring was full). */
 size_t qm__cache_delay_early(void);
+#endif
 /* Set by init from the process secret, before any thread has a cache. */
 extern uint64_t qm__cache_seed;
 

@@ -232,6 +232,7 @@ void qm__unmap_forgotten(uint32_t i) {
     qm_os_dontneed((void *)b->usable, b->cap << qm__page_shift);
 }
 
+#ifdef QM_TEST_HOOKS
 size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {
   size_t n = 0;
   qm_lock(&S.lock);
@@ -250,3 +251,4 @@ size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {
   qm_unlock(&S.lock);
   return n;
 }
+#endif

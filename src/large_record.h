@@ -7,8 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The record table's, the hash table's and the stack table's mappings, as
- * [lo, hi) pairs. */
+#ifdef QM_TEST_HOOKS
+/* Test hook: the record table's, the hash table's and the stack table's
+ * mappings, as [lo, hi) pairs. */
 size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap);
+#endif
 
 #endif

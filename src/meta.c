@@ -41,6 +41,7 @@ void *qm__meta_alloc(size_t size) {
   return r;
 }
 
+#ifdef QM_TEST_HOOKS
 size_t qm__meta_ranges(uintptr_t (*out)[2], size_t cap) {
   qm_lock(&qm__meta_lock);
   size_t n = nmade < cap ? nmade : cap;
@@ -51,3 +52,4 @@ size_t qm__meta_ranges(uintptr_t (*out)[2], size_t cap) {
   qm_unlock(&qm__meta_lock);
   return n;
 }
+#endif

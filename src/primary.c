@@ -162,11 +162,13 @@ static void make_guard(uintptr_t page) {
     atomic_fetch_add_explicit(&guards_made, 1, memory_order_relaxed);
 }
 
+#ifdef QM_TEST_HOOKS
 void qm__primary_guards(size_t *made, size_t *missed, bool *markers) {
   *made = atomic_load_explicit(&guards_made, memory_order_relaxed);
   *missed = atomic_load_explicit(&guards_missed, memory_order_relaxed);
   *markers = atomic_load_explicit(&guard_kind, memory_order_relaxed) == GUARD_MARKER;
 }
+#endif
 
 /* Makes [0, upto) of region c RW, but for its guard pages; false if the
  * kernel refused. */
@@ -355,6 +357,7 @@ static void purge_locked(unsigned c) {
   qm_os_unmap(cover, qm_page_up(npages * sizeof *cover));
 }
 
+#ifdef QM_TEST_HOOKS
 size_t qm__central_group_free(unsigned c, unsigned group) {
   central_t *cl = &central[c];
   qm_lock(&cl->lock);
@@ -362,6 +365,7 @@ size_t qm__central_group_free(unsigned c, unsigned group) {
   qm_unlock(&cl->lock);
   return n;
 }
+#endif
 
 void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned n) {
   central_t *cl = &central[c];

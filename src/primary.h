@@ -97,15 +97,19 @@ int qm__primary_init(uint64_t secret);
  * fresh FREE header. 0 when every stack is empty and nothing more can be
  * carved or committed. */
 unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want);
-/* Chunks of class c in group's stack (for tests). */
+#ifdef QM_TEST_HOOKS
+/* Test hook: chunks of class c in group's stack. */
 size_t qm__central_group_free(unsigned c, unsigned group);
+#endif
 /* Gives n free chunks back to the central list of class c, as group's. */
 void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned n);
 /* Returns fully free pages of every class to the kernel now. */
 size_t qm__primary_purge_all(void);
-/* Guard pages made inside class regions, and refused (the page stayed RW);
- * markers: they are guard markers, not PROT_NONE mappings. */
+#ifdef QM_TEST_HOOKS
+/* Test hook: guard pages made inside class regions, and refused (the page
+ * stayed RW); markers: they are guard markers, not PROT_NONE mappings. */
 void qm__primary_guards(size_t *made, size_t *missed, bool *markers);
+#endif
 
 typedef struct qm_primary_stats {
   size_t reserved, committed, carved, central_free, purged_bytes, purges;

@@ -439,10 +439,12 @@ bool qm__q_enter(uint32_t i, bool dropped) {
 
 /* ---- trim, flush, stats, fork ---- */
 
+#ifdef QM_TEST_HOOKS
 void qm__large_flush(void) {
   if (atomic_load_explicit(&S.ready, memory_order_acquire))
     qm__q_unmap_all(true);
 }
+#endif
 
 size_t qm__large_trim(void) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))

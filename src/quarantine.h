@@ -8,7 +8,10 @@
 
 /* Drops the pages of every quarantined chunk; returns the bytes dropped. */
 size_t qm__large_trim(void);
-/* Unmaps every quarantined chunk (tests start from an empty quarantine). */
+#ifdef QM_TEST_HOOKS
+/* Test hook: unmaps every quarantined chunk (tests start from an empty
+ * quarantine). */
 void qm__large_flush(void);
+#endif
 
 #endif

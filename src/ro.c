@@ -48,8 +48,10 @@ static int protect(int prot) {
 }
 
 void qm__ro_seal(void) { (void)protect(PROT_READ); }
+#ifdef QM_TEST_HOOKS
 void qm__ro_unseal(void) { (void)protect(PROT_READ | PROT_WRITE); }
 void qm__ro_range(void **lo, void **hi) {
   *lo = __start_qm_ro;
   *hi = qm__ro_end;
 }
+#endif

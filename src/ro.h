@@ -6,12 +6,14 @@
 #ifndef QM_RO_H
 #define QM_RO_H
 
-/* Makes the pages read-only (end of init), or writable again (the tests'
- * option hooks, which re-parse options after init). */
+/* Makes the pages read-only (end of init). */
 void qm__ro_seal(void);
+#ifdef QM_TEST_HOOKS
+/* Test hooks: writable again (the tests' option hooks, which re-parse
+ * options after init); [lo, hi) of the pages, for the tests' maps check. */
 void qm__ro_unseal(void);
-/* [lo, hi): the pages, for the tests' maps check. */
 void qm__ro_range(void **lo, void **hi);
+#endif
 /* The page of padding that ends the section (ro_end.c). */
 extern char qm__ro_end[4096];
 
