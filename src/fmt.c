@@ -23,6 +23,20 @@ void qm_buf_mem(qm_buf_t *b, const char *s, size_t n) {
     put(b, s[i]);
 }
 
+void qm_buf_escaped(qm_buf_t *b, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      put(b, (char)c);
+      continue;
+    }
+    put(b, '\\');
+    put(b, 'x');
+    put(b, "0123456789abcdef"[c >> 4]);
+    put(b, "0123456789abcdef"[c & 15]);
+  }
+}
+
 void qm_buf_dec(qm_buf_t *b, uint64_t v) {
   char t[24];
   int i = 0;

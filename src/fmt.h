@@ -15,6 +15,10 @@ typedef struct qm_buf {
 
 void qm_buf_str(qm_buf_t *b, const char *s);
 void qm_buf_mem(qm_buf_t *b, const char *s, size_t n); /* n bytes, NULs and all */
+/* n bytes of text that came from outside (an option's name or value, a
+ * path): control bytes, bytes past 0x7e and backslash as \xNN, so that
+ * nothing the environment holds can start a line or steer a terminal. */
+void qm_buf_escaped(qm_buf_t *b, const char *s, size_t n);
 void qm_buf_dec(qm_buf_t *b, uint64_t v);
 void qm_buf_hex(qm_buf_t *b, uint64_t v); /* 0x-prefixed */
 /* "offset N" of address a from base, "offset -N" when a lies below it. */

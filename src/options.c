@@ -2,11 +2,15 @@
  * QMALLOC_OPTIONS ("name=value:name=value"). Reads environ itself (getenv is
  * not safe during preload) and falls back to /proc/self/environ when libc has
  * not set environ yet. Never allocates; a bad entry warns and changes nothing.
+ * In secure execution (AT_SECURE: set-user-ID, set-group-ID, file
+ * capabilities) the environment is not read: its user is not the program's.
+ * Text from outside is printed escaped (qm_buf_escaped), never raw.
  */
 #include "options.h"
 
 #include <stddef.h>
 #include <string.h>
+#include <sys/auxv.h>
 
 #include "fmt.h"
 #include "os.h"
@@ -80,7 +84,7 @@ static void put_choice(qm_buf_t *b, const char *choices, uint64_t idx) {
 }
 
 static void put_n(qm_buf_t *b, const char *s, size_t n) {
-  qm_buf_mem(b, s, n < 80 ? n : 80);
+  qm_buf_escaped(b, s, n < 80 ? n : 80);
   if (n > 80)
     qm_buf_str(b, "...");
 }
@@ -88,8 +92,8 @@ static void put_n(qm_buf_t *b, const char *s, size_t n) {
 static void put_value(qm_buf_t *b, const qm_options_t *o, const opt_desc_t *d, uint64_t v) {
   if (d->kind == KIND_ENUM)
     put_choice(b, d->choices, v);
-  else if (d->kind == KIND_STR)
-    qm_buf_str(b, str_slot(o, d) ? str_slot(o, d) : "");
+  else if (d->kind == KIND_STR && str_slot(o, d))
+    qm_buf_escaped(b, str_slot(o, d), strlen(str_slot(o, d)));
   else
     qm_buf_dec(b, v);
 }
@@ -269,6 +273,18 @@ void qm__options_init(void) {
       }
   } else {
     env = env_from_proc(procbuf, sizeof procbuf);
+  }
+  /* As glibc does with its MALLOC_ variables: in a set-user-ID program the
+   * variable is its caller's, who could turn every check off or point
+   * log_path at a file only the program's owner may write. The kernel's
+   * AT_SECURE is in the auxiliary vector from the first instruction on. */
+  if (env && *env && getauxval(AT_SECURE)) {
+    qm_buf_t b;
+    b.n = 0;
+    qm_buf_str(&b, "QMALLOC_OPTIONS ignored: secure execution (set-user-ID, set-group-ID or "
+                   "file capabilities)");
+    qm__warn_buf(&b);
+    env = NULL;
   }
   qm__options_apply("QMALLOC_OPTIONS", env);
   qm__options_profile(&qm__opt);

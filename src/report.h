@@ -28,6 +28,11 @@ void qm__report_line(const char *what, const void *ptr, const char *details, siz
 
 /* Writes b to stderr and the log file, then empties it. */
 void qm__report_out(qm_buf_t *b);
+#ifdef QM_TEST_HOOKS
+/* Test hook: forgets the log file and a failure to open it (the descriptor
+ * stays open), so that the next line opens log_path afresh. */
+void qm__report_log_forget(void);
+#endif
 
 /* A syscall failed with an errno qmalloc cannot handle (anything but
  * ENOMEM where the caller can degrade): a bug or a hostile environment. */

@@ -15,6 +15,7 @@
 #include "options.h"
 #include "os.h"
 #include "primary.h"
+#include "report.h"
 #include "ro.h"
 #include "secondary.h"
 
@@ -46,6 +47,7 @@ uint64_t qmt_option(const char *name) {
 }
 
 void qmt_quarantine_flush(void) { qm__large_flush(); }
+void qmt_log_forget(void) { qm__report_log_forget(); }
 
 unsigned qmt_nclasses(void) { return QM_NCLASS; }
 unsigned qmt_class_of(size_t n) { return qm_class_of_calc(n); }

@@ -44,6 +44,9 @@ void qmt_flush_thread_cache(void);
 /* Bytes carved from all class regions so far. */
 size_t qmt_small_carved(void);
 
+/* Forgets the log file (option log_path) and any failure to open it. */
+void qmt_log_forget(void);
+
 /* Unmaps every quarantined large chunk. */
 void qmt_quarantine_flush(void);
 

@@ -6,6 +6,8 @@
 
 #include <random>
 #include <string>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -140,6 +142,118 @@ TEST_F(Options, RandomStringsNeverLeaveTheRanges) {
     ASSERT_GE(qmt_option("large_threshold_kb"), 4u) << s;
     ASSERT_LE(qmt_option("large_threshold_kb"), 128u) << s;
   }
+}
+
+// What the environment holds is printed with its control bytes escaped: a
+// name or value cannot start a line of its own nor steer a terminal.
+TEST_F(Options, ControlBytesAreEscaped) {
+  std::string err = apply("bo\ngus=1:quarantine_mb=1\x1b[2J:a\\b\xff=1");
+  EXPECT_EQ(err, "qmalloc: WARNING: QMALLOC_OPTIONS: unknown option 'bo\\x0agus' ignored\n"
+                 "qmalloc: WARNING: QMALLOC_OPTIONS: option 'quarantine_mb' takes an integer in "
+                 "[0, 1048576], not '1\\x1b[2J'; keeping 96\n"
+                 "qmalloc: WARNING: QMALLOC_OPTIONS: unknown option 'a\\x5cb\\xff' ignored\n");
+}
+
+// Option log_path: the file PATH.<pid>, opened as the first line is written.
+class LogPath : public Options {
+protected:
+  std::string dir, file;
+  void SetUp() override {
+    Options::SetUp();
+    char tmpl[] = "/tmp/qmlogXXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+    file = dir + "/qm." + std::to_string(getpid());
+  }
+  void TearDown() override {
+    qmt_options_reset(); // closes nothing: the descriptor is forgotten
+    qmt_log_forget();
+    Options::TearDown();
+    std::string rm = "rm -rf '" + dir + "'";
+    ASSERT_EQ(system(rm.c_str()), 0);
+  }
+  // Sets log_path=path, then prints two warnings; returns stderr.
+  std::string twice(const std::string &path) {
+    qmt_log_forget();
+    EXPECT_EQ(apply(("log_path=" + path).c_str()), "");
+    return apply("bogus=1:bogus=2");
+  }
+  static std::string read(const std::string &path) {
+    std::string s;
+    FILE *f = fopen(path.c_str(), "r");
+    if (!f)
+      return "(none)";
+    int c;
+    while ((c = fgetc(f)) != EOF)
+      s += static_cast<char>(c);
+    fclose(f);
+    return s;
+  }
+};
+
+const char *const kBogus = "qmalloc: WARNING: QMALLOC_OPTIONS: unknown option 'bogus' ignored\n"
+                           "qmalloc: WARNING: QMALLOC_OPTIONS: unknown option 'bogus' ignored\n";
+
+TEST_F(LogPath, WritesThePidFileReadableByItsOwnerOnly) {
+  EXPECT_EQ(twice(dir + "/qm"), kBogus);
+  EXPECT_EQ(read(file), kBogus);
+  struct stat st;
+  ASSERT_EQ(stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(LogPath, SymbolicLinkIsRefused) {
+  std::string target = dir + "/target";
+  FILE *f = fopen(target.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fclose(f);
+  ASSERT_EQ(symlink(target.c_str(), file.c_str()), 0);
+  EXPECT_EQ(twice(dir + "/qm"), "qmalloc: WARNING: log_path: cannot open '" + file +
+                                    "': it is a symbolic link, refused; reports go to stderr "
+                                    "only\n" +
+                                    kBogus);
+  EXPECT_EQ(read(target), "");
+}
+
+TEST_F(LogPath, MissingDirectoryWarnsOnce) {
+  EXPECT_EQ(twice(dir + "/nothere/qm"),
+            "qmalloc: WARNING: log_path: cannot open '" + dir + "/nothere/qm." +
+                std::to_string(getpid()) +
+                "': its directory does not exist; reports go to stderr only\n" + kBogus);
+}
+
+TEST_F(LogPath, FileWithAnotherLinkIsRefused) {
+  std::string other = dir + "/other";
+  FILE *f = fopen(other.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fclose(f);
+  ASSERT_EQ(link(other.c_str(), file.c_str()), 0);
+  EXPECT_EQ(twice(dir + "/qm"), "qmalloc: WARNING: log_path: cannot open '" + file +
+                                    "': not a regular file with one link owned by the user "
+                                    "writing it, refused; reports go to stderr only\n" +
+                                    kBogus);
+  EXPECT_EQ(read(other), "");
+}
+
+TEST_F(LogPath, FileOfAnotherUserIsRefused) {
+  if (geteuid() != 0)
+    GTEST_SKIP() << "needs root to make a file another user owns";
+  FILE *f = fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fclose(f);
+  ASSERT_EQ(chown(file.c_str(), 65534, 65534), 0);
+  EXPECT_EQ(twice(dir + "/qm"), "qmalloc: WARNING: log_path: cannot open '" + file +
+                                    "': not a regular file with one link owned by the user "
+                                    "writing it, refused; reports go to stderr only\n" +
+                                    kBogus);
+  EXPECT_EQ(read(file), "");
+}
+
+TEST_F(LogPath, PathIsPrintedEscaped) {
+  EXPECT_EQ(twice(dir + "/no\nthere/qm"),
+            "qmalloc: WARNING: log_path: cannot open '" + dir + "/no\\x0athere/qm." +
+                std::to_string(getpid()) +
+                "': its directory does not exist; reports go to stderr only\n" + kBogus);
 }
 
 // Run with QMALLOC_OPTIONS="quarantine_mb=7:nonsense=1:probe=maybe" (meson test
