@@ -212,19 +212,28 @@ static void *hand_out(uintptr_t ch, unsigned c, size_t n, size_t align) {
   return (void *)user;
 }
 
+/* What a small chunk for n bytes aligned to align (> 16) must hold: room
+ * for the offset; n = 0 counts as 1, or the aligned pointer could land on
+ * the next chunk's header. Its class is the one such a chunk is in (see
+ * small_alloc_plain): free_aligned_sized checks it. */
+static size_t aligned_req(size_t n, size_t align) { return (n ? n : 1) + align - QM_MIN_ALIGN; }
+
 /* A small chunk for n bytes aligned to align (<= 16: the natural alignment).
- * Falls back to larger classes when a class's region is exhausted. */
+ * A plain request falls back to larger classes when a class's region is
+ * exhausted; an over-aligned one goes to the secondary instead, so that its
+ * class always follows from its size and alignment. */
 static void *small_alloc_plain(size_t n, size_t align) {
   if (!n && align <= QM_MIN_ALIGN)
     return qm__zero_alloc();
-  /* room for the offset; n = 0 counts as 1, or the aligned pointer could
-   * land on the next chunk's header */
-  size_t req = align > QM_MIN_ALIGN ? (n ? n : 1) + align - QM_MIN_ALIGN : n;
+  bool over = align > QM_MIN_ALIGN;
+  size_t req = over ? aligned_req(n, align) : n;
   for (unsigned c = qm_class_of(req); c < QM_NCLASS; c++) {
     qm_bin_t *b = &qm__bin[c];
     uintptr_t ch = b->count ? b->slot[--b->count] : qm__cache_take_slow(c);
     if (ch)
       return hand_out(ch, c, n, align);
+    if (over)
+      return qm__large_alloc(n, align, false);
   }
   errno = ENOMEM;
   return NULL;
@@ -442,6 +451,13 @@ QM_EXPORT void *qm_calloc(size_t nmemb, size_t size) {
   return p;
 }
 
+/* Whether a request over-aligned to align (> 16) is served by the primary.
+ * Over-aligned small chunks carry the offset in their header (up to 256 KiB
+ * fits its 14 bits of 16-byte units). */
+static bool aligned_is_small(size_t n, size_t align) {
+  return n + align < qm__small_limit && align <= 65536;
+}
+
 static void *aligned(size_t align, size_t n) {
   if (align <= QM_MIN_ALIGN)
     return qm_malloc(n);
@@ -450,9 +466,7 @@ static void *aligned(size_t align, size_t n) {
   qm__init();
   if (QM_UNLIKELY(qm__init_bootstrapping()))
     return align <= QM_MIN_ALIGN ? qm__boot_alloc(n) : enomem();
-  /* over-aligned small chunks carry the offset in their header (up to
-   * 256 KiB fits its 14 bits of 16-byte units) */
-  if (n + align < qm__small_limit && align <= 65536)
+  if (aligned_is_small(n, align))
     return small_alloc(n, align);
   return qm__large_alloc(n, align, false);
 }
@@ -545,26 +559,58 @@ static bool size_names(size_t held, size_t passed, size_t align, bool cxx) {
   if (!cxx)
     return false;
   size_t one = passed ? passed : 1;
-  return held == one || (align > 1 && qm_is_pow2(align) && held == qm_align_up(one, align));
+  return held == one || (align > 1 && qm_is_pow2(align) && one <= QM_MAX_REQUEST &&
+                         held == qm_align_up(one, align));
 }
 
-void qm__free_checked(const char *call, void *p, size_t align, size_t size, bool cxx) {
+/* Whether an alignment passed to an aligned free names the one chunk p
+ * was allocated with; up to 16 all name malloc's natural one. A power of two
+ * that p is aligned to, and then:
+ *  - large chunks: exactly the alignment recorded at allocation;
+ *  - small chunks of the class regions: for more than 16, the class an
+ *    allocation of n bytes so aligned takes (small_alloc_plain never falls
+ *    back to another for those); for 16 or less nothing more (a plain
+ *    chunk may sit in a larger class than its size's, so one allocated
+ *    over-aligned and freed as plain is not told apart);
+ *  - zero-size and start-up chunks: never over-aligned;
+ *  - guarded slots: the pointer's alignment only. */
+static bool align_names(void *p, size_t n, size_t align, const char *kind) {
+  if (!qm_is_pow2(align) || ((uintptr_t)p & (align - 1)))
+    return false;
+  size_t a = align > QM_MIN_ALIGN ? align : QM_MIN_ALIGN;
+  uintptr_t off = (uintptr_t)p - qm__pbase;
+  if (kind[0] == 'l') {
+    size_t had;
+    qm__large_held(p, "invalid free of", &had);
+    return had == a;
+  }
+  if (off < qm__pspan) {
+    unsigned c = (unsigned)(off >> qm__rshift);
+    if (c == QM_ZCLASS || a == QM_MIN_ALIGN)
+      return a == QM_MIN_ALIGN;
+    return aligned_is_small(n, a) && qm_class_of(aligned_req(n, a)) == c;
+  }
+  return qm_guarded_owns(p) || a == QM_MIN_ALIGN; /* else a start-up chunk */
+}
+
+void qm__free_checked(const char *call, void *p, size_t align, size_t size, unsigned how) {
   if (!p)
     return;
   held_t h = held_of("invalid free of", p);
-  if ((size != SIZE_MAX && !size_names(h.size, size, align, cxx)) ||
-      (align > 1 && ((uintptr_t)p & (align - 1))))
-    qm__report_size_mismatch(call, p, size, align > 1 ? align : 0, h.kind, h.size,
+  bool sized = how & QM_FREE_SIZED, aligned = how & QM_FREE_ALIGNED;
+  if ((sized && !size_names(h.size, size, align, how & QM_FREE_CXX)) ||
+      (aligned && !align_names(p, h.size, align, h.kind)))
+    qm__report_size_mismatch(call, p, sized, size, aligned, align, h.kind, h.size,
                              h.kind[0] == 'l' ? qm__large_report_stacks : NULL);
   qm_free(p);
 }
 
 QM_EXPORT void qm_free_aligned_sized(void *p, size_t align, size_t size) {
-  qm__free_checked("free_aligned_sized", p, align, size, false);
+  qm__free_checked("free_aligned_sized", p, align, size, QM_FREE_SIZED | QM_FREE_ALIGNED);
 }
 
 QM_EXPORT void qm_free_sized(void *p, size_t size) {
-  qm__free_checked("free_sized", p, 0, size, false);
+  qm__free_checked("free_sized", p, 0, size, QM_FREE_SIZED);
 }
 
 QM_EXPORT void *qm_realloc(void *p, size_t n) {

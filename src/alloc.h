@@ -8,10 +8,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Frees p after checking that size (SIZE_MAX: not passed) and align (0 or
- * 1: not passed) name it; call names the entry point in the report. cxx
- * accepts what C++'s operator new makes of a request (0 -> 1, rounding up
- * to the alignment). */
-void qm__free_checked(const char *call, void *p, size_t align, size_t size, bool cxx);
+/* What qm__free_checked checks: the size passed (QM_FREE_SIZED), the
+ * alignment passed (QM_FREE_ALIGNED), and QM_FREE_CXX accepts what C++'s
+ * operator new makes of a request (0 -> 1, rounding up to the alignment). */
+enum { QM_FREE_SIZED = 1, QM_FREE_ALIGNED = 2, QM_FREE_CXX = 4 };
+/* Frees p after checking that size and align name it as how says; call
+ * names the entry point in the report. Every size_t is a size that can be
+ * passed: SIZE_MAX too is checked, and names no chunk. */
+void qm__free_checked(const char *call, void *p, size_t align, size_t size, unsigned how);
 
 #endif

@@ -45,6 +45,10 @@ typedef struct block {
   uint64_t seq, mark; /* large frees / bytes freed when it was quarantined */
   uint32_t qprev, qnext, bprev, bnext;
   uint8_t state, flags, vmas, bclass; /* bclass: its bin while F_INBIN */
+  /* log2 of the alignment a live chunk was requested with (aligned_alloc
+   * and the like), 0 for malloc's and after a realloc: what
+   * free_aligned_sized checks */
+  uint8_t ashift;
 } block_t;
 
 typedef struct slot {

@@ -215,17 +215,17 @@ void qm__warn_buf(qm_buf_t *line) {
   qm__report_out(&b);
 }
 
-_Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, size_t passed,
-                                        size_t align, const char *kind, size_t held,
-                                        qm_report_tail_t tail) {
+_Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, bool sized,
+                                        size_t passed, bool aligned, size_t align, const char *kind,
+                                        size_t held, qm_report_tail_t tail) {
   qm_buf_t d, w;
   d.n = w.n = 0;
   qm_buf_str(&d, "passed ");
-  if (passed != SIZE_MAX) {
+  if (sized) {
     qm_buf_dec(&d, passed);
-    qm_buf_str(&d, align ? " bytes, " : " bytes");
+    qm_buf_str(&d, aligned ? " bytes, " : " bytes");
   }
-  if (align) {
+  if (aligned) {
     qm_buf_str(&d, "alignment ");
     qm_buf_dec(&d, align);
   }

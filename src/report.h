@@ -41,10 +41,10 @@ _Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t 
 
 /* free_sized() (call names it) with a size or alignment the chunk (kind
  * "small" or "large", holding `held` requested bytes) was not allocated
- * with; passed SIZE_MAX and align 0 when none was passed. */
-_Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, size_t passed,
-                                        size_t align, const char *kind, size_t held,
-                                        qm_report_tail_t tail) QM_COLD;
+ * with; sized and aligned say which of passed and align were passed. */
+_Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, bool sized,
+                                        size_t passed, bool aligned, size_t align, const char *kind,
+                                        size_t held, qm_report_tail_t tail) QM_COLD;
 
 /* An entry of a small-chunk free list (of the class of class_bytes) that is
  * not a free chunk of that class: "corrupted free list". */

@@ -108,8 +108,8 @@ static void *fail_enomem(void) {
 
 /* Records a BUSY chunk as handed to the caller (under S.lock). Returns how
  * many of its first bytes may be non-zero: calloc must clear those. */
-static size_t hand_out_locked(uint32_t i, size_t size, size_t need, size_t lead, bool reused,
-                              const trace_t *t) {
+static size_t hand_out_locked(uint32_t i, size_t size, unsigned ashift, size_t need, size_t lead,
+                              bool reused, const trace_t *t) {
   block_t *b = B(i);
   qm__note_alloc(i, t);
   uintptr_t was = user_of(b);
@@ -125,6 +125,7 @@ static size_t hand_out_locked(uint32_t i, size_t size, size_t need, size_t lead,
     b->dirty = b->rw;
   S.ltail += tail_pages(b);
   b->size = size;
+  b->ashift = (uint8_t)ashift;
   b->state = B_LIVE;
   b->flags &= (uint8_t)~F_FREED;
   qm__set_vmas(b, true);
@@ -138,10 +139,10 @@ static size_t hand_out_locked(uint32_t i, size_t size, size_t need, size_t lead,
 /* The same, taking the lock, and zeroing what may be non-zero if asked; a
  * reused chunk may bring resident pages past the request, which count
  * against the budget. */
-static void *hand_out(uint32_t i, size_t size, size_t need, size_t lead, bool zero, bool reused,
-                      const trace_t *t) {
+static void *hand_out(uint32_t i, size_t size, unsigned ashift, size_t need, size_t lead, bool zero,
+                      bool reused, const trace_t *t) {
   qm_lock(&S.lock);
-  size_t nonzero = hand_out_locked(i, size, need, lead, reused, t);
+  size_t nonzero = hand_out_locked(i, size, ashift, need, lead, reused, t);
   bool over = qm__q_over();
   uintptr_t u = user_of(B(i));
   qm_unlock(&S.lock);
@@ -152,8 +153,8 @@ static void *hand_out(uint32_t i, size_t size, size_t need, size_t lead, bool ze
   return (void *)u;
 }
 
-static void *fresh(size_t size, size_t need, size_t lead, size_t align, bool zero, bool noreuse,
-                   const trace_t *t) {
+static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_t align, bool zero,
+                   bool noreuse, const trace_t *t) {
   size_t cap = noreuse ? need : pclass_pages(pclass(need));
   if (cap < need) /* past the last class */
     cap = need;
@@ -201,7 +202,7 @@ static void *fresh(size_t size, size_t need, size_t lead, size_t align, bool zer
   S.mapped_bytes += r.span;
   S.fresh++;
   qm_unlock(&S.lock);
-  return hand_out(i, size, need, lead, zero, false, t);
+  return hand_out(i, size, ashift, need, lead, zero, false, t);
 }
 
 /* Unmaps a BUSY chunk whose protection could not be changed, and forgets
@@ -224,6 +225,7 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
   trace_t t;
   qm__trace_capture(&t);
   size_t pages = qm_pages(size ? size : 1);
+  unsigned ashift = align > QM_MIN_ALIGN ? (unsigned)__builtin_ctzll(align) : 0;
   if (align < qm__page)
     align = qm__page;
   size_t need = extent(pages, align), lead = need - pages;
@@ -239,7 +241,7 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       qm__q_unlink(i);
       B(i)->state = B_BUSY;
       if (open <= B(i)->rw) { /* open already (strategy none): no syscall */
-        size_t nonzero = hand_out_locked(i, size, open, open - pages, true, &t);
+        size_t nonzero = hand_out_locked(i, size, ashift, open, open - pages, true, &t);
         bool over = qm__q_over();
         uintptr_t u = user_of(B(i));
         qm_unlock(&S.lock);
@@ -260,12 +262,12 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       if (!err) {
         if (b->rw < open)
           b->rw = open;
-        return hand_out(i, size, open, open - pages, zero, true, &t);
+        return hand_out(i, size, ashift, open, open - pages, zero, true, &t);
       }
       discard_block(i);
     }
   }
-  return fresh(size, need, lead, align, zero, noreuse, &t);
+  return fresh(size, ashift, need, lead, align, zero, noreuse, &t);
 }
 
 /* ---- free ---- */
@@ -383,10 +385,16 @@ size_t qm__large_usable(void *p, const char *op) {
 }
 
 size_t qm__large_size(void *p, const char *op) {
+  size_t align;
+  return qm__large_held(p, op, &align);
+}
+
+size_t qm__large_held(void *p, const char *op, size_t *align) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
     qm__report_fatal(op, p, "not allocated by qmalloc");
   uint32_t i = find_live_locked(p, op);
   size_t n = B(i)->size;
+  *align = B(i)->ashift ? (size_t)1 << B(i)->ashift : QM_MIN_ALIGN;
   qm_unlock(&S.lock);
   return n;
 }
@@ -499,6 +507,7 @@ void *qm__large_realloc(void *p, size_t size) {
     if ((need <= old_rw && old_rw <= open) || (need < old_rw && S.strategy == QM_STRATEGY_NONE)) {
       S.live_bytes = S.live_bytes - b->size + size;
       b->size = size;
+      b->ashift = 0; /* realloc hands out malloc's kind of chunk */
       S.in_place++;
       qm_unlock(&S.lock);
       return p;
@@ -524,6 +533,7 @@ void *qm__large_realloc(void *p, size_t size) {
       S.ltail += tail_pages(b); /* a shrink keeps its tail resident */
       S.live_bytes = S.live_bytes - b->size + size;
       b->size = size;
+      b->ashift = 0; /* realloc hands out malloc's kind of chunk */
       S.in_place++;
       bool over = qm__q_over(); /* that tail counts against the budget */
       qm_unlock(&S.lock);
@@ -534,6 +544,7 @@ void *qm__large_realloc(void *p, size_t size) {
     if (need < old_rw) { /* could not protect the tail: still correct */
       S.live_bytes = S.live_bytes - b->size + size;
       b->size = size;
+      b->ashift = 0; /* realloc hands out malloc's kind of chunk */
       qm_unlock(&S.lock);
       return p;
     }
@@ -548,7 +559,7 @@ void *qm__large_realloc(void *p, size_t size) {
   /* every byte the program may have written, slack past the request too */
   size_t old_usable = (b->rw - b->lead) << qm__page_shift;
   qm_unlock(&S.lock);
-  q = qm__large_alloc(size, qm__page, false);
+  q = qm__large_alloc(size, 0, false);
   if (!q)
     return NULL;
   memcpy(q, p, old_usable < size ? old_usable : size);

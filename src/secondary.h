@@ -27,6 +27,9 @@ size_t qm__large_usable(void *p, const char *op);
 void *qm__large_realloc(void *p, size_t size);
 /* The requested size of a live chunk; reports as op otherwise. */
 size_t qm__large_size(void *p, const char *op);
+/* The same, and the alignment it was requested with (QM_MIN_ALIGN for
+ * malloc's and realloc's chunks). */
+size_t qm__large_held(void *p, const char *op, size_t *align);
 void qm__large_stats(qm_stats_t *s);
 /* The most mappings the secondary held at once (its estimate). */
 size_t qm__large_mappings_peak(void);

@@ -88,27 +88,31 @@ void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a);
 void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a);
 void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const void *nt);
 void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const void *nt);
-QM_EXPORT void _ZdlPvm(void *p, size_t n) { qm__free_checked("operator delete", p, 0, n, true); }
-QM_EXPORT void _ZdaPvm(void *p, size_t n) { qm__free_checked("operator delete[]", p, 0, n, true); }
+QM_EXPORT void _ZdlPvm(void *p, size_t n) {
+  qm__free_checked("operator delete", p, 0, n, QM_FREE_SIZED | QM_FREE_CXX);
+}
+QM_EXPORT void _ZdaPvm(void *p, size_t n) {
+  qm__free_checked("operator delete[]", p, 0, n, QM_FREE_SIZED | QM_FREE_CXX);
+}
 QM_EXPORT void _ZdlPvSt11align_val_t(void *p, size_t a) {
-  qm__free_checked("operator delete", p, a, SIZE_MAX, true);
+  qm__free_checked("operator delete", p, a, 0, QM_FREE_ALIGNED | QM_FREE_CXX);
 }
 QM_EXPORT void _ZdaPvSt11align_val_t(void *p, size_t a) {
-  qm__free_checked("operator delete[]", p, a, SIZE_MAX, true);
+  qm__free_checked("operator delete[]", p, a, 0, QM_FREE_ALIGNED | QM_FREE_CXX);
 }
 QM_EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) {
-  qm__free_checked("operator delete", p, a, n, true);
+  qm__free_checked("operator delete", p, a, n, QM_FREE_SIZED | QM_FREE_ALIGNED | QM_FREE_CXX);
 }
 QM_EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) {
-  qm__free_checked("operator delete[]", p, a, n, true);
+  qm__free_checked("operator delete[]", p, a, n, QM_FREE_SIZED | QM_FREE_ALIGNED | QM_FREE_CXX);
 }
 QM_EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const void *nt) {
   (void)nt;
-  qm__free_checked("operator delete", p, a, SIZE_MAX, true);
+  qm__free_checked("operator delete", p, a, 0, QM_FREE_ALIGNED | QM_FREE_CXX);
 }
 QM_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const void *nt) {
   (void)nt;
-  qm__free_checked("operator delete[]", p, a, SIZE_MAX, true);
+  qm__free_checked("operator delete[]", p, a, 0, QM_FREE_ALIGNED | QM_FREE_CXX);
 }
 
 /* glibc's internal names, which some programs and libraries call directly */

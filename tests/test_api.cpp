@@ -164,6 +164,82 @@ TEST(ApiDeathTest, FreeSizedChecksTheExactSize) {
   qm_free_aligned_sized(r, 64, 40);
 }
 
+// Every way to get an aligned chunk, small and large, freed with the
+// alignment and size it was asked for: accepted (up to 16, any alignment
+// names malloc's natural one).
+TEST(Api, FreeAlignedSizedAcceptsWhatWasAllocated) {
+  for (size_t n : {0ul, 1ul, 40ul, 4096ul, 60000ul, 131000ul, 200000ul, 3000000ul}) {
+    for (size_t a = 1; a <= 1 << 20; a *= 2) {
+      void *p = qm_aligned_alloc(a, n);
+      ASSERT_NE(p, nullptr);
+      qm_free_aligned_sized(p, a, n);
+      ASSERT_EQ(qm_posix_memalign(&p, a < 8 ? 8 : a, n), 0);
+      qm_free_aligned_sized(p, a < 8 ? 8 : a, n);
+      p = qm_memalign(a, n);
+      qm_free_aligned_sized(p, a, n);
+    }
+    void *p = qm_malloc(n);
+    qm_free_aligned_sized(p, 16, n);
+    p = qm_valloc(n);
+    qm_free_aligned_sized(p, qmt_page(), n);
+  }
+}
+
+// free_sized(p, SIZE_MAX) is a size like any other: it names no chunk.
+TEST(ApiDeathTest, FreeSizedOfSizeMaxIsReported) {
+  void *p = qm_malloc(100);
+  EXPECT_DEATH(qm_free_sized(p, SIZE_MAX),
+               "^" QM_ERR "size mismatch in free_sized of " HEX
+               " \\(passed 18446744073709551615 bytes, small chunk holds 100\\)\n$");
+  void *q = qm_malloc(200000);
+  EXPECT_DEATH(qm_free_sized(q, SIZE_MAX),
+               "^" QM_ERR "size mismatch in free_sized of " HEX
+               " \\(passed 18446744073709551615 bytes, large chunk holds 200000\\)\n" QM_ALLOCATED);
+  void *r = qm_aligned_alloc(64, 40);
+  EXPECT_DEATH(qm_free_aligned_sized(r, 64, SIZE_MAX),
+               "^" QM_ERR "size mismatch in free_aligned_sized of " HEX
+               " \\(passed 18446744073709551615 bytes, alignment 64, small chunk holds 40\\)\n$");
+  qm_free_sized(p, 100);
+  qm_free_sized(q, 200000);
+  qm_free_aligned_sized(r, 64, 40);
+}
+
+// The alignment is checked as the chunk was allocated, not only against the
+// pointer: a 4096-aligned chunk freed as 64-aligned, and an alignment that is
+// not a power of two, are reported, small and large.
+TEST(ApiDeathTest, FreeAlignedSizedChecksTheAlignmentItWasAllocatedWith) {
+  void *p = qm_aligned_alloc(4096, 4096);
+  const char *small = "^" QM_ERR "size mismatch in free_aligned_sized of " HEX
+                      " \\(passed 4096 bytes, alignment %zu, small chunk holds 4096\\)\n$";
+  for (size_t a : {64ul, 48ul, 0ul, 8192ul, 3ul}) {
+    char re[256];
+    snprintf(re, sizeof re, small, a);
+    EXPECT_DEATH(qm_free_aligned_sized(p, a, 4096), re) << a;
+  }
+  void *q = qm_aligned_alloc(4096, 200000);
+  const char *large = "^" QM_ERR "size mismatch in free_aligned_sized of " HEX
+                      " \\(passed 200000 bytes, alignment %zu, large chunk holds 200000\\)\n";
+  for (size_t a : {64ul, 48ul, 0ul, 65536ul, 3ul}) {
+    char re[256];
+    snprintf(re, sizeof re, large, a);
+    EXPECT_DEATH(qm_free_aligned_sized(q, a, 200000), re) << a;
+  }
+  // a chunk of malloc's is not an aligned one, even at a page boundary
+  void *r = qm_malloc(200000);
+  EXPECT_DEATH(qm_free_aligned_sized(r, 4096, 200000), "alignment 4096, large chunk holds");
+  // and realloc hands out malloc's kind of chunk
+  void *s = qm_realloc(qm_aligned_alloc(65536, 300000), 310000);
+  EXPECT_DEATH(qm_free_aligned_sized(s, 65536, 310000), "alignment 65536, large chunk holds");
+  // a malloc(0) chunk was never over-aligned
+  void *z = qm_malloc(0);
+  EXPECT_DEATH(qm_free_aligned_sized(z, 64, 0), "alignment 64, small chunk holds 0");
+  qm_free_aligned_sized(p, 4096, 4096);
+  qm_free_aligned_sized(q, 4096, 200000);
+  qm_free_sized(r, 200000);
+  qm_free_sized(s, 310000);
+  qm_free_aligned_sized(z, 16, 0);
+}
+
 TEST(Api, UsableSizeIsTheRequestForSmallChunks) {
   for (size_t n : {1ul, 17ul, 100ul, 4000ul}) {
     char *p = static_cast<char *>(qm_malloc(n));
