@@ -83,8 +83,29 @@ static _Unwind_Reason_Code step(struct _Unwind_Context *c, void *arg) {
   return w->n >= w->max ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
+/* Whether the unwinder may run: set once qmalloc is initialised and, in a
+ * statically linked program, once its constructor runs. Static glibc calls
+ * malloc from its own start-up (_dl_non_dynamic_init), before the unwind
+ * tables are registered (its _dl_find_object knows no .eh_frame), and libgcc
+ * aborts when it cannot find its own frame: a stack taken there would kill
+ * the process. A dynamic program has its loader's tables from the start. */
+static int unwind_ok, ctors_ran;
+
+/* No PT_INTERP in the program's headers: nothing loaded it, its libc is
+ * linked in (static or static-pie). */
+static bool program_is_static(void) {
+  const ElfW(Phdr) *ph = (const ElfW(Phdr) *)getauxval(AT_PHDR);
+  unsigned long n = getauxval(AT_PHNUM);
+  if (!ph)
+    return false;
+  for (unsigned long i = 0; i < n; i++)
+    if (ph[i].p_type == PT_INTERP)
+      return false;
+  return true;
+}
+
 __attribute__((noinline)) unsigned qm__stack_capture(uintptr_t *pcs, unsigned max) {
-  if (!max || !__atomic_load_n(&qm__init_done, __ATOMIC_ACQUIRE))
+  if (!max || !__atomic_load_n(&unwind_ok, __ATOMIC_ACQUIRE))
     return 0;
   walk_t w = {
       .pcs = pcs, .max = max > QM_STACK_MAX ? QM_STACK_MAX : max, .first = true, .inside = true};
@@ -92,10 +113,28 @@ __attribute__((noinline)) unsigned qm__stack_capture(uintptr_t *pcs, unsigned ma
   return w.n;
 }
 
-void qm__unwind_init(void) {
-  self_range();
+static void unwind_enable(void) {
+  __atomic_store_n(&unwind_ok, 1, __ATOMIC_RELEASE);
   uintptr_t pcs[4];
   qm__stack_capture(pcs, 4);
+}
+
+void qm__unwind_init(void) {
+  self_range();
+  if (__atomic_load_n(&ctors_ran, __ATOMIC_ACQUIRE) || !program_is_static())
+    unwind_enable();
+}
+
+/* In a static program the unwinder finds the program's tables once
+ * crtbeginT.o's frame_dummy has registered them: a constructor without a
+ * priority runs after it (crtbegin is linked first; constructors with a
+ * priority run before it, and so would abort). Allocations made earlier
+ * keep no stack ("no stack recorded"). */
+__attribute__((constructor)) static void unwind_constructor(void) {
+  __atomic_store_n(&ctors_ran, 1, __ATOMIC_RELEASE);
+  if (__atomic_load_n(&qm__init_done, __ATOMIC_ACQUIRE) &&
+      !__atomic_load_n(&unwind_ok, __ATOMIC_ACQUIRE))
+    unwind_enable();
 }
 
 /* ---- thread ids and the clock ---- */

@@ -14,8 +14,9 @@
 
 /* Up to max (<= QM_STACK_MAX) return addresses of the caller's callers,
  * innermost first, leaving out the frames inside qmalloc's own shared
- * object. 0 before qmalloc is initialised (the loader may be the caller) or
- * when max is 0. */
+ * object. 0 when max is 0, before qmalloc is initialised (the loader may be
+ * the caller), and in a static program before constructors run (static
+ * glibc allocates before the unwinder can work). */
 unsigned qm__stack_capture(uintptr_t *pcs, unsigned max);
 
 /* The kernel's id of the calling thread (cached per thread; renewed in a
