@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -13,6 +15,17 @@
 namespace {
 
 constexpr int kThreads = 4, kOps = 250000, kSlots = 4096;
+
+// Every chunk in a guarded slot (the unit-guard-all and unit-sampled runs):
+// each malloc and free is a few system calls, so a tenth of the operations
+// (the full count runs in the unit and unit-no-thread-cache runs).
+int ops() {
+  const char *o = std::getenv("QMALLOC_OPTIONS");
+  std::string opts = std::string(":") + (o ? o : "") + ":";
+  bool guarded = opts.find(":guard_all=1:") != std::string::npos ||
+                 opts.find(":sample_rate=1:") != std::string::npos;
+  return guarded ? kOps / 10 : kOps;
+}
 
 struct Slot {
   std::atomic<unsigned char *> p{nullptr};
@@ -55,7 +68,7 @@ TEST(Stress, MixedSizesAcrossThreads) {
   for (int t = 0; t < kThreads; t++) {
     ts.emplace_back([&, t] {
       uint64_t seed = 0x1234 + t;
-      for (int i = 0; i < kOps; i++) {
+      for (int i = 0, nops = ops(); i < nops; i++) {
         uint64_t r = next(seed);
         size_t n;
         if (r % 1000 == 0)

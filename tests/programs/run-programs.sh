@@ -55,6 +55,11 @@ if [ "$prog" = python3 ]; then
 fi
 
 user_opts=${QMALLOC_OPTIONS-}
+# RUN_PROGRAMS_DIV=N divides each workload's volume by N (counts, rows, files, bytes; not
+# the operations run): the strategy and guard_all runs use it, the default runs do not
+div=${RUN_PROGRAMS_DIV:-1}
+case $div in '' | *[!0-9]* | 0) fail "RUN_PROGRAMS_DIV must be a positive integer, not '$div'" ;; esac
+export RUN_PROGRAMS_DIV=$div
 # meson test sets MALLOC_PERTURB_, which makes glibc's malloc fill every block it hands
 # out and takes back: the plain run of sort takes six times as long with it
 unset QMALLOC_OPTIONS LD_PRELOAD MALLOC_PERTURB_ MALLOC_CHECK_
@@ -208,41 +213,46 @@ def report(*a):
     print(*a, flush=True)
 
 rng = random.Random(20240601)
+# RUN_PROGRAMS_DIV divides every count (not the sizes, which straddle the thresholds)
+DIV = int(os.environ.get("RUN_PROGRAMS_DIV", "1"))
+
+def scaled(x):
+    return max(1, x // DIV)
 
 # lists: sorting, nesting, growth and shrinking one element at a time (the item array is
 # reallocated across the large-chunk threshold, up to 16 MB)
-nums = [rng.getrandbits(40) for _ in range(300_000)]
+nums = [rng.getrandbits(40) for _ in range(scaled(300_000))]
 nums.sort()
 report("list-sort", h(struct.pack("<%dQ" % len(nums), *nums)))
-nested = [[i, str(i), i / 7, (i, i * 2)] for i in range(120_000)]
+nested = [[i, str(i), i / 7, (i, i * 2)] for i in range(scaled(120_000))]
 report("list-nested", h(repr(nested[::997]).encode()), sum(x[0] for x in nested))
 del nested
 grow = []
-for i in range(1_500_000):
+for i in range(scaled(1_500_000)):
     grow.append(i ^ 0x5555)
 s = 0
 while len(grow) > 1000:
     s += grow.pop()
 report("list-grow", s, len(grow))
-dq = deque(range(300_000))
+dq = deque(range(scaled(300_000)))
 dq.rotate(12345)
 report("deque", h(repr(list(dq)[:1000]).encode()))
 
 # dicts and sets
 d = {}
-for i in range(250_000):
+for i in range(scaled(250_000)):
     d["key-%012x" % rng.getrandbits(48)] = (i, rng.random())
 for k in list(d)[::2]:
     del d[k]
 d2 = {k: v[0] for k, v in d.items() if v[0] % 3}
 report("dict", len(d), len(d2), h(repr(sorted(d2.items())[:5000]).encode()))
-st = {rng.getrandbits(30) for _ in range(300_000)}
+st = {rng.getrandbits(30) for _ in range(scaled(300_000))}
 report("set", len(st), sum(st) % 1000003)
-od = OrderedDict((i, str(i)) for i in range(100_000))
-for i in range(0, 100_000, 3):
+od = OrderedDict((i, str(i)) for i in range(scaled(100_000)))
+for i in range(0, scaled(100_000), 3):
     od.move_to_end(i)
 report("ordered", h(repr(list(od.items())[:2000]).encode()))
-cnt = Counter(rng.randrange(5000) for _ in range(500_000))
+cnt = Counter(rng.randrange(scaled(5000)) for _ in range(scaled(500_000)))
 report("counter", h(repr(cnt.most_common(50)).encode()))
 del d, d2, st, od, cnt
 
@@ -259,7 +269,7 @@ for i in range(300):
         live.pop(rng.randrange(len(live)))
 report("bytes", acc.hexdigest()[:20], sum(len(b) for b in live))
 ba = bytearray()
-for i in range(3000):
+for i in range(scaled(3000)):
     ba += rng.randbytes(rng.randrange(1, 3000))
 report("bytearray-grow", len(ba), h(bytes(ba)))
 del ba[len(ba) // 3:]
@@ -275,7 +285,7 @@ report("memoryview", h(bytes(mv[1000:900_000])), h(bytes(mv[::3])))
 del live, big, rep, hx, mv, ba
 
 # strings and regular expressions
-txt = "".join("%d:%.6f;" % (i, rng.random()) for i in range(300_000))
+txt = "".join("%d:%.6f;" % (i, rng.random()) for i in range(scaled(300_000)))
 parts = txt.split(";")
 report("str", len(txt), len(parts), h(txt.encode()), h(txt.upper().encode()))
 report("re", len(re.findall(r"(\d+):0\.(\d\d)", txt)), h(re.sub(r"\d{3}", "#", txt).encode()))
@@ -283,23 +293,23 @@ report("str-join", h("\n".join(reversed(parts)).encode()))
 del txt, parts
 
 # big integers and decimals
-x = pow(3, 250_000)
+x = pow(3, scaled(250_000))
 report("bigint", h(str(x).encode()), h(hex(x * x).encode()))
 getcontext().prec = 3000
 report("decimal", h(str(Decimal(2).sqrt() + Decimal(3).ln()).encode()))
 
 # json, xml, difflib
 obj = {"items": [{"id": i, "name": "n%d" % i, "tags": [str(j) for j in range(i % 7)]}
-                 for i in range(60_000)]}
+                 for i in range(scaled(60_000))]}
 js = json.dumps(obj, sort_keys=True)
 report("json", len(js), h(js.encode()), json.loads(js) == obj)
 root = ET.Element("root")
-for i in range(30_000):
+for i in range(scaled(30_000)):
     e = ET.SubElement(root, "item", id=str(i))
     e.text = "value %d" % (i * 7)
 xs = ET.tostring(root)
 report("xml", len(xs), h(xs), len(ET.fromstring(xs).findall("item")))
-a = ["line %d %d\n" % (i, rng.randrange(10)) for i in range(4000)]
+a = ["line %d %d\n" % (i, rng.randrange(10)) for i in range(scaled(4000))]
 b = [l if rng.randrange(9) else "changed\n" for l in a]
 report("difflib", h("".join(difflib.unified_diff(a, b)).encode()))
 del obj, js, root, xs, a, b
@@ -324,7 +334,7 @@ def worker(idx, results):
             c = bz2.compress(data[:200_000], 9)
             assert bz2.decompress(c) == data[:200_000]
             acc.update(c)
-        lst = sorted(r.random() for _ in range(20_000))
+        lst = sorted(r.random() for _ in range(scaled(20_000)))
         acc.update(struct.pack("<d", sum(lst)))
         keep.append(data)
         if len(keep) > 6:
@@ -334,8 +344,8 @@ def worker(idx, results):
 def child_work(seed):
     # zlib's crc32 only: a library lock held by a parent thread at fork would hang the child
     r = random.Random(seed)
-    blobs = [r.randbytes(r.choice((100, 4000, 150_000, 600_000))) for _ in range(200)]
-    d = {i: r.random() for i in range(100_000)}
+    blobs = [r.randbytes(r.choice((100, 4000, 150_000, 600_000))) for _ in range(scaled(200))]
+    d = {i: r.random() for i in range(scaled(100_000))}
     return "%08x" % zlib.crc32(b"".join(blobs[::7]) + repr(sorted(d.items())[:100]).encode())
 
 results = [None] * 4
@@ -396,7 +406,7 @@ proof_python3() {
 # ---- sqlite3 ----
 
 gen_sqlite3() {
-  awk '
+  awk -v div="$div" '
     function rnd(n) { seed = (seed * 16807) % 2147483647; return seed % n }
     function word() { return w[1 + rnd(nw)] }
     BEGIN {
@@ -414,27 +424,29 @@ gen_sqlite3() {
       print "CREATE TABLE orders(id INTEGER PRIMARY KEY, customer INT NOT NULL REFERENCES customers(id), product INT NOT NULL REFERENCES products(id), qty INT, day INT, note TEXT);"
       print "CREATE TABLE docs(id INTEGER PRIMARY KEY, title TEXT, body TEXT);"
       print "BEGIN;"
-      for (i = 1; i <= 10000; i++)
+      nc_rows = int(10000 / div); np_rows = int(2000 / div); nt = int(10 / div); if (nt < 1) nt = 1
+      no_rows = int(100000 / div / nt)
+      for (i = 1; i <= nc_rows; i++)
         printf "INSERT INTO customers VALUES(%d,%c%s %s%c,%c%s%c,%d,%d);\n", i, 39, word(), word(), 39, 39, city[1 + rnd(nc)], 39, 18000 + rnd(2000), rnd(100000)
       print "COMMIT;"
       print "BEGIN;"
-      for (i = 1; i <= 2000; i++)
+      for (i = 1; i <= np_rows; i++)
         printf "INSERT INTO products VALUES(%d,%c%s-%d%c,%c%s%c,%d);\n", i, 39, word(), i, 39, 39, cat[1 + rnd(nk)], 39, 99 + rnd(50000)
       print "COMMIT;"
-      for (t = 0; t < 10; t++) {
+      for (t = 0; t < nt; t++) {
         print "BEGIN;"
-        for (i = 1; i <= 10000; i++) {
+        for (i = 1; i <= no_rows; i++) {
           n = 1 + rnd(8); note = word(); for (k = 1; k < n; k++) note = note " " word()
-          printf "INSERT INTO orders VALUES(%d,%d,%d,%d,%d,%c%s%c);\n", t * 10000 + i, 1 + rnd(10000), 1 + rnd(2000), 1 + rnd(20), rnd(730), 39, note, 39
+          printf "INSERT INTO orders VALUES(%d,%d,%d,%d,%d,%c%s%c);\n", t * no_rows + i, 1 + rnd(nc_rows), 1 + rnd(np_rows), 1 + rnd(20), rnd(730), 39, note, 39
         }
         print "COMMIT;"
       }
     }' >"$gen/load.sql"
-  cat >"$gen/queries.sql" <<'EOF'
+  cat >"$gen/queries.sql" <<EOF
 .headers on
 .mode list
 BEGIN;
-WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 40)
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $((40 / div > 4 ? 40 / div : 4)))
 INSERT INTO docs SELECT i, 'doc ' || i,
   replace(hex(zeroblob(60000 + i * 20000)), '0', char(65 + i % 26)) || printf('%.*c', i * 1000, 'z')
 FROM n;
@@ -503,7 +515,7 @@ gen_tree() {
   mkdir -p "$2/data"
   for d in 0 1 2 3 4 5 6 7 8 9 10 11 12 13; do mkdir -p "$2/src/mod$d"; done
   for ((d = 2; d <= $1; d++)); do mkdir -p "$2/src/new$d"; done
-  (cd "$2" && awk -v ver="$1" '
+  (cd "$2" && awk -v ver="$1" -v div="$div" '
     function hsh(a, b, c, d) { return (a * 7919 + b * 104729 + c * 1299709 + d * 15485863) % 1000003 }
     function changed(f, l,   u, g) { # last version <= ver that rewrote line l of file f
       g = 0
@@ -523,22 +535,22 @@ gen_tree() {
       nw = split("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima " \
                  "mike november oscar papa quebec romeo sierra tango uniform victor whiskey " \
                  "xray yankee zulu one two three four five six seven eight nine zero", w, " ")
-      for (f = 0; f < 280; f++) {
+      for (f = 0; f < int(280 / div); f++) {
         gone = 0
         for (u = 3; u <= ver; u++) if ((f * 11 + u) % 37 == 0) gone = 1
         if (!gone) emit("src/mod" (f % 14) "/file" f ".txt", f, 40 + (f * 37) % 400)
       }
       for (u = 2; u <= ver; u++)
         for (k = 0; k < 4; k++) emit("src/new" u "/added" k ".txt", 1000 + u * 10 + k, 200)
-      for (k = 0; k < 3; k++) emit("data/big" k ".txt", 2000 + k, 15000 + k * 12000)
+      for (k = 0; k < 3; k++) emit("data/big" k ".txt", 2000 + k, int((15000 + k * 12000) / div))
     }')
 }
 
 # gen_side NAME DIR N: the files a side branch adds (only under NAME/) at its commit N
 gen_side() {
   mkdir -p "$2/$1"
-  (cd "$2/$1" && awk -v n="$3" -v name="$1" 'BEGIN {
-      for (i = 0; i < 10 * n; i++) {
+  (cd "$2/$1" && awk -v n="$3" -v name="$1" -v div="$div" 'BEGIN {
+      for (i = 0; i < 10 * n / div; i++) {
         p = name i ".txt"
         for (l = 0; l < 300; l++) print name, n, i, l, (i * 7919 + l * 104729 + n) % 65521 > p
         close(p)
@@ -635,11 +647,11 @@ proof_git() {
 # ---- gcc ----
 
 gen_gcc() {
-  awk '
+  awk -v div="$div" '
     function rnd(n) { seed = (seed * 16807) % 2147483647; return seed % n }
     function k32() { return sprintf("0x%08xu", rnd(2147483647) * 2 + rnd(2)) }
     BEGIN {
-      seed = 31337; nf = 120
+      seed = 31337; nf = int(120 / div); if (nf < 8) nf = 8
       print "/* generated: a deterministic program for the compiler test */"
       print "#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n"
       for (t = 0; t < 8; t++) {
@@ -721,15 +733,15 @@ proof_gcc() {
 # ---- compress: xz and zstd ----
 
 gen_compress() {
-  # 10 MiB of log-like text from an LCG, then ten variants of it through different
-  # character permutations: 100 MiB, not one long repetition
-  awk 'function rnd(n) { seed = (seed * 16807) % 2147483647; return seed % n }
+  # 10 MiB (divided by div) of log-like text from an LCG, then ten variants of it through
+  # different character permutations: 100 MiB, not one long repetition
+  awk -v size=$((10485760 / div)) 'function rnd(n) { seed = (seed * 16807) % 2147483647; return seed % n }
     BEGIN {
       seed = 42; total = 0
-      while (total < 10485760) {
+      while (total < size) {
         line = sprintf("2024-01-%02d %02d:%02d:%02d host%03d svc%02d[%d]: word%d word%d value=%d", 1 + rnd(28), rnd(24), rnd(60), rnd(60), rnd(200), rnd(40), rnd(65536), rnd(500), rnd(500), rnd(1000))
         line = line "\n"
-        if (total + length(line) > 10485760) line = substr(line, 1, 10485760 - total)
+        if (total + length(line) > size) line = substr(line, 1, size - total)
         printf "%s", line
         total += length(line)
       }
@@ -781,15 +793,15 @@ proof_compress() {
 # ---- sort ----
 
 gen_sort() {
-  # ~2.9 M lines, ~75 MB: word-word keys of mixed case, a signed number, a decimal, and
-  # one line in eight repeated
-  awk 'function rnd(n) { seed = (seed * 16807) % 2147483647; return seed % n }
+  # ~2.9 M lines (divided by div), ~75 MB: word-word keys of mixed case, a signed number,
+  # a decimal, and one line in eight repeated
+  awk -v lines=$((2600000 / div)) 'function rnd(n) { seed = (seed * 16807) % 2147483647; return seed % n }
     BEGIN {
       seed = 777
       nw = split("alpha Alpha bravo BRAVO charlie delta Delta echo foxtrot golf Golf hotel " \
                  "india juliet Juliet kilo lima mike Mike november oscar papa quebec romeo " \
                  "Romeo sierra tango uniform victor whiskey xray yankee zulu", w, " ")
-      for (i = 0; i < 2600000; i++) {
+      for (i = 0; i < lines; i++) {
         line = sprintf("%s-%s%d\t%d\t%d.%03d", w[1 + rnd(nw)], w[1 + rnd(nw)], rnd(1000), rnd(2000000) - 1000000, rnd(100000), rnd(1000))
         print line
         if (rnd(8) == 0) print line
@@ -805,15 +817,16 @@ drop() { rm -f "$@"; } # outputs only their hash is kept of (the disk may be a t
 
 workload_sort() {
   mkdir -p sort-tmp
-  local t=$'\t'
-  sorted plain -S 50M -T sort-tmp
-  sorted small-buffer -S 8M --batch-size=3 -T sort-tmp
+  # buffers below the input's size (divided with it): sort merges through temporary files
+  local t=$'\t' big=$((51200 / div))K small=$((8192 / div))K
+  sorted plain -S "$big" -T sort-tmp
+  sorted small-buffer -S "$small" --batch-size=3 -T sort-tmp
   drop small-buffer
-  sorted numeric -t "$t" -k2,2n -k1,1 -S 50M -T sort-tmp --parallel=2
+  sorted numeric -t "$t" -k2,2n -k1,1 -S "$big" -T sort-tmp --parallel=2
   sorted unique -u
   sorted unique-key -u -t "$t" -k1,1
   sorted reverse-stable -s -t "$t" -k3,3nr --parallel=2
-  sorted fold-case -f -k1,1 -S 50M -T sort-tmp
+  sorted fold-case -f -k1,1 -S "$big" -T sort-tmp
   drop unique-key reverse-stable fold-case
   P sort -c plain
   P sort -c -t "$t" -k2,2n -k1,1 numeric
@@ -822,7 +835,7 @@ workload_sort() {
   drop merged plain numeric
   # a UTF-8 locale when there is one (sorting through strcoll and strxfrm)
   if locale -a 2>/dev/null | grep -qix 'c.utf-\?8'; then
-    LC_ALL=C.UTF-8 P sort -S 50M -T sort-tmp -k1,1 -k2,2n "$gen/lines" >utf8
+    LC_ALL=C.UTF-8 P sort -S "$big" -T sort-tmp -k1,1 -k2,2n "$gen/lines" >utf8
     echo "utf8 $(sha256sum <utf8 | cut -c1-64)" >>"$out/sorted.txt"
     drop utf8
   fi
