@@ -48,8 +48,6 @@ __thread qm_bin_t qm__bin[QM_NCLASS + 1] __attribute__((tls_model("initial-exec"
  * at the take before */
 static __thread uint32_t hcount[QM_NCLASS] __attribute__((tls_model("initial-exec")));
 static __thread uint32_t hnext[QM_NCLASS] __attribute__((tls_model("initial-exec")));
-__thread uint64_t qm__rng __attribute__((tls_model("initial-exec")));
-static _Atomic uint64_t seeds;
 static __thread qm_tcache_t *self __attribute__((tls_model("initial-exec")));
 /* This thread's group of the central lists: 0 until it has a cache, then
  * the group with the fewest live caches, kept after the thread's cache is
@@ -104,8 +102,7 @@ static bool cache_create(void) {
   }
   tc->bin = qm__bin;
   self = tc;
-  qm__rng = qm__cache_seed ^ (uintptr_t)&qm__rng ^
-            atomic_fetch_add_explicit(&seeds, 0x9e3779b97f4a7c15ull, memory_order_relaxed);
+  qm_rand_thread_seed();
   state = TC_LIVE; /* before setspecific, which may itself call malloc */
   qm_lock(&registry_lock);
   /* the fewest live caches; among equals, the next one round */

@@ -11,6 +11,7 @@
 
 #include "primary.h"
 #include "qm.h"
+#include "random.h"
 
 typedef struct qm_bin {
   uint32_t count, max;
@@ -21,19 +22,6 @@ typedef struct qm_bin {
  * it, and stays empty forever. */
 extern __thread qm_bin_t qm__bin[QM_NCLASS + 1] __attribute__((tls_model("initial-exec")));
 
-/* The calling thread's generator: which slot a freed chunk takes in its bin
- * (so the chunk just freed is rarely the next handed out). Seeded per
- * thread from the process secret (getrandom) when its cache is made. */
-extern __thread uint64_t qm__rng __attribute__((tls_model("initial-exec")));
-QM_INLINE uint64_t qm_rand(void) { /* wyrand: one multiply, passes BigCrush */
-  uint64_t s = qm__rng += 0xa0761d6478bd642full;
-  unsigned __int128 t = (unsigned __int128)s * (s ^ 0xe7037ed1a0b428dbull);
-  return (uint64_t)(t >> 64) ^ (uint64_t)t;
-}
-/* A draw below n (n > 0), by multiply-high: no division. */
-QM_INLINE uint32_t qm_rand_below(uint32_t n) {
-  return (uint32_t)(((uint64_t)(uint32_t)qm_rand() * n) >> 32);
-}
 /* Puts chunk into slot[0..n] at a random place; returns n + 1. */
 QM_INLINE uint32_t qm_bin_insert(uintptr_t *slot, uint32_t n, uintptr_t chunk) {
   uint32_t j = qm_rand_below(n + 1);
@@ -52,8 +40,6 @@ extern bool qm__cache_checked;
 /* Test hook: chunks that left a delayed-free ring early (the ring was full). */
 size_t qm__cache_delay_early(void);
 #endif
-/* Set by init from the process secret, before any thread has a cache. */
-extern uint64_t qm__cache_seed;
 
 /* The slow paths: take one chunk of class c (refilling the cache), or give
  * one back (draining it). take returns 0 when the class is exhausted. In

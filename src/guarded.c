@@ -79,6 +79,7 @@ uint32_t qm__sample_next(void) {
 bool qm__sample_due(void) {
   /* a thread's first malloc comes here to set the countdown: sample it with
    * the same odds as any other (always, for sample_rate=1), not never */
+  qm_rand_thread_ready(); /* the thread's first draw: its cache may not exist yet */
   bool due =
       qm__opt.guard_all || (qm__opt.sample_rate && (armed || qm_rand() % qm__opt.sample_rate == 0));
   armed = true;
@@ -542,4 +543,10 @@ void qm__guarded_stats(qm_stats_t *s) {
 
 void qm__guarded_fork_prepare(void) { qm_lock(&G.lock); }
 void qm__guarded_fork_parent(void) { qm_unlock(&G.lock); }
-void qm__guarded_fork_child(void) { qm_lock_reinit(&G.lock); }
+/* The forking thread's countdown is drawn afresh from its reseeded stream:
+ * two children of one parent do not sample the same allocations. */
+void qm__guarded_fork_child(void) {
+  qm_lock_reinit(&G.lock);
+  if (armed)
+    qm__sample_left = qm__sample_next();
+}

@@ -16,9 +16,6 @@
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/auxv.h>
-#include <sys/random.h>
-#include <time.h>
 
 #include "cache.h"
 #include "chunk.h"
@@ -28,6 +25,7 @@
 #include "options.h"
 #include "primary.h"
 #include "qm.h"
+#include "random.h"
 #include "report.h"
 #include "ro.h"
 #include "secondary.h"
@@ -64,26 +62,6 @@ bool qm__boot_owns(const void *p) {
 
 size_t qm__boot_size(const void *p) { return *(const size_t *)((const unsigned char *)p - 16); }
 
-static uint64_t make_secret(void) {
-  uint64_t s = 0;
-  int saved = errno;
-  if (getrandom(&s, sizeof s, GRND_NONBLOCK) != sizeof s) {
-    /* no getrandom (before 3.17) or no entropy yet: the kernel's AT_RANDOM
-     * bytes, mixed with addresses and the clock */
-    /* the 16 AT_RANDOM bytes sit on the stack after the platform string,
-     * at no particular alignment: copied, not loaded as uint64_t */
-    const void *at = (const void *)getauxval(AT_RANDOM);
-    uint64_t r[2] = {0, 0};
-    if (at)
-      memcpy(r, at, sizeof r);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    s = r[0] ^ r[1] ^ (uint64_t)(uintptr_t)&s ^ (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull;
-  }
-  errno = saved;
-  return s | 1;
-}
-
 static void fork_prepare(void) {
   qm__guarded_fork_prepare();
   qm__large_fork_prepare();
@@ -103,6 +81,7 @@ static void fork_parent(void) {
 }
 
 static void fork_child(void) {
+  qm__random_fork_child(); /* before anything in the child draws */
   qm__cache_fork_child();
   qm_lock_reinit(&qm__meta_lock);
   qm__zero_fork_child();
@@ -131,10 +110,9 @@ void qm__init_slow(void) {
   __atomic_store_n(&qm__booting, 1, __ATOMIC_RELAXED);
   qm__options_init();
   __atomic_store_n(&qm__booting, 0, __ATOMIC_RELAXED);
-  qm__secret = make_secret();
+  qm__secret = qm_random_u64() | 1;
   qm__cache_checked =
       qm__opt.hardening == QM_HARDENING_MAX || qm__opt.zero_on_free || qm__opt.free_delay;
-  qm__cache_seed = qm__secret * 0xd6e8feb86659fd93ull;
   size_t limit = qm__opt.large_threshold_kb << 10;
   if (qm__primary_init(qm__secret) == 0)
     qm__small_limit = limit;

@@ -14,6 +14,7 @@
 
 #include "lock.h"
 #include "qm.h"
+#include "random.h"
 #include "stack.h"
 
 #define NIL UINT32_MAX
@@ -74,7 +75,7 @@ typedef struct qm_large {
    * capacity; nhot[] counts the hot bins, demand[] the requests per class */
   uint32_t hot[NBINS], cold[NBINS], nhot[NBINS], demand[NBINS];
   uint32_t demand_clock;
-  uint64_t rng;                     /* the reuse choice; 0 until seeded */
+  qm_rng_t rng;                     /* the reuse choice */
   size_t qcount, qpages, qresident; /* chunks, usable pages, resident pages */
   size_t ltail;                     /* resident pages live chunks hold past their RW part */
   uint64_t frees, freed_bytes;      /* the clocks quarantine age is read on */
@@ -186,6 +187,5 @@ bool qm__q_enter(uint32_t i, bool dropped);
 bool qm__q_over(void);
 void qm__q_enforce_all(size_t extra_maps);
 bool qm__q_unmap_all(bool unaged_too);
-void qm__q_rnd_fork(void);
 
 #endif

@@ -16,6 +16,7 @@
 #include "meta.h"
 #include "options.h"
 #include "os.h"
+#include "random.h"
 #include "report.h"
 
 #define BATCH_CAP 64
@@ -203,11 +204,11 @@ static void arm(unsigned c, uintptr_t *out, unsigned n, size_t carved) {
   uint32_t size = qm__class[c].size;
   uint64_t key = qm__class[c].key, gkey = qm__class[c].gkey;
   /* in shuffled order: chunks carved side by side are not handed out side
-   * by side (Fisher-Yates, keyed so the order cannot be foretold) */
-  uint64_t r = mix(key ^ carved ^ (uintptr_t)out ^ n);
+   * by side (Fisher-Yates, from the thread's stream so the order cannot be
+   * foretold, nor repeated by two fork children of one parent) */
+  qm_rand_thread_ready();
   for (unsigned i = n; i > 1; i--) {
-    r = mix(r);
-    unsigned j = (unsigned)(((r & 0xffffffffu) * i) >> 32);
+    unsigned j = qm_rand_below(i);
     uintptr_t t = out[i - 1];
     out[i - 1] = out[j];
     out[j] = t;

@@ -123,39 +123,11 @@ void qm__q_age(void) {
 
 /* ---- the reuse choice (under S.lock) ---- */
 
-/* xorshift64*, seeded from the per-process secret: two runs of a program
- * reuse chunks in different orders, so an exploit cannot groom which freed
- * chunk a request gets. Before the secret exists (only while qmalloc starts,
- * for a qmalloc_default_options() that allocates) it gives a fixed value
- * and stays unseeded. */
-static uint64_t rnd(void) {
-  if (QM_UNLIKELY(!S.rng)) {
-    if (!qm__secret)
-      return 0x9e3779b97f4a7c15ull;
-    S.rng = (qm__secret ^ 0xd1b54a32d192ed03ull) * 0x9e3779b97f4a7c15ull | 1;
-  }
-  uint64_t x = S.rng;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  S.rng = x;
-  return x * 0x2545f4914f6cdd1dull;
-}
-
-/* Reseeds in a fork child, from the state and the pid: forked workers of one
- * parent then differ from it and from each other. */
-void qm__q_rnd_fork(void) {
-  (void)rnd();
-  if (!S.rng)
-    return; /* no secret yet: seeded later, from it */
-  uint64_t z = S.rng ^ (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  S.rng = (z ^ (z >> 31)) | 1;
-}
-
-/* Uniform in [0, n), n > 0. */
-static uint32_t rnd_below(uint32_t n) { return (uint32_t)(((rnd() >> 32) * n) >> 32); }
+/* Which aged chunk a request gets, among those that fit equally well: two
+ * runs of a program, and two fork children of one process, reuse chunks in
+ * different orders, so an exploit cannot groom which freed chunk a request
+ * gets. Drawn under S.lock. */
+static uint32_t rnd_below(uint32_t n) { return qm_rng_below(&S.rng, n); }
 
 /* Counts a request of `need` pages in its class; halves every count now and
  * then, so that the counts follow what the program asks for lately. */

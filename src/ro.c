@@ -38,7 +38,6 @@ RO uint64_t qm__secret;
 RO size_t qm__page;
 RO unsigned qm__page_shift;
 RO bool qm__cache_checked;
-RO uint64_t qm__cache_seed;
 
 /* mprotect directly, not through os.c: this is the library's own data, not
  * memory the allocator manages, and the page size may not be known yet */

@@ -636,7 +636,6 @@ void qm__large_fork_parent(void) {
 /* A chunk another thread had BUSY at fork stays BUSY in the child: its
  * owner does not exist there, so the chunk is simply never touched again. */
 void qm__large_fork_child(void) {
-  qm__q_rnd_fork();
   qm__unwind_fork_child();
   qm_lock_reinit(&S.lock);
   qm__probe_fork_child();

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "guarded.h"
 #include "meta.h"
 #include "options.h"
 #include "os.h"
@@ -48,6 +49,7 @@ uint64_t qmt_option(const char *name) {
 
 void qmt_quarantine_flush(void) { qm__large_flush(); }
 void qmt_log_forget(void) { qm__report_log_forget(); }
+uint32_t qmt_sample_left(void) { return qm__sample_left; }
 
 unsigned qmt_nclasses(void) { return QM_NCLASS; }
 unsigned qmt_class_of(size_t n) { return qm_class_of_calc(n); }

@@ -47,6 +47,10 @@ size_t qmt_small_carved(void);
 /* Forgets the log file (option log_path) and any failure to open it. */
 void qmt_log_forget(void);
 
+/* The calling thread's sampling countdown: allocations until the next one
+ * is sampled into a guarded slot. */
+uint32_t qmt_sample_left(void);
+
 /* Unmaps every quarantined large chunk. */
 void qmt_quarantine_flush(void);
 

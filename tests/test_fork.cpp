@@ -1,12 +1,14 @@
 // test_fork.cpp: fork() while other threads allocate and free small and
 // large chunks: the child can allocate and free at once (no lock inherited
-// held), and the parent goes on.
+// held), and the parent goes on. Two children of one parent draw every
+// random choice afresh: a forking server is no crash oracle.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -58,6 +60,121 @@ TEST(Fork, ChildAllocatesWhileParentThreadsDid) {
   stop = true;
   for (auto &t : ts)
     t.join();
+}
+
+// The random choices a process makes from here on, one list per stream:
+// the order a thread's bin hands chunks back in after they were freed into
+// it, the order a batch from the central lists comes in (shuffled when
+// carved or taken), which aged large chunk each request gets, the sampling
+// countdown.
+struct Draws {
+  std::vector<uintptr_t> reuse, batch, large;
+  uintptr_t sample = 0;
+};
+
+constexpr int kSmall = 64, kLarge = 12;
+
+Draws draw() {
+  Draws d;
+  d.sample = qmt_sample_left();
+  std::vector<void *> v;
+  for (int i = 0; i < kSmall; i++)
+    v.push_back(qm_malloc(48));
+  for (void *p : v)
+    qm_free(p);
+  v.clear();
+  for (int i = 0; i < kSmall; i++) {
+    v.push_back(qm_malloc(48));
+    d.reuse.push_back(reinterpret_cast<uintptr_t>(v.back()));
+  }
+  for (void *p : v)
+    qm_free(p);
+  v.clear();
+  qmt_flush_thread_cache(); // the next malloc of 2000 takes a batch
+  for (int i = 0; i < 16; i++) {
+    v.push_back(qm_malloc(2000));
+    d.batch.push_back(reinterpret_cast<uintptr_t>(v.back()));
+  }
+  for (void *p : v)
+    qm_free(p);
+  v.clear();
+  for (int i = 0; i < kLarge; i++) {
+    v.push_back(qm_malloc(1 << 20));
+    d.large.push_back(reinterpret_cast<uintptr_t>(v.back()));
+  }
+  for (void *p : v)
+    qm_free(p);
+  return d;
+}
+
+void put(int fd, const std::vector<uintptr_t> &v) {
+  ASSERT_EQ(write(fd, v.data(), v.size() * sizeof v[0]), ssize_t(v.size() * sizeof v[0]));
+}
+
+Draws child_draws() {
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  EXPECT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(20);
+    close(fds[0]);
+    Draws d = draw();
+    put(fds[1], d.reuse);
+    put(fds[1], d.batch);
+    put(fds[1], d.large);
+    put(fds[1], {d.sample});
+    _exit(0);
+  }
+  close(fds[1]);
+  Draws d;
+  d.reuse.resize(kSmall);
+  d.batch.resize(16);
+  d.large.resize(kLarge);
+  std::vector<uintptr_t> all(kSmall + 16 + kLarge + 1);
+  size_t got = 0, want = all.size() * sizeof all[0];
+  while (got < want) {
+    ssize_t r = read(fds[0], reinterpret_cast<char *>(all.data()) + got, want - got);
+    if (r <= 0)
+      break;
+    got += size_t(r);
+  }
+  close(fds[0]);
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(got, want);
+  std::copy(all.begin(), all.begin() + kSmall, d.reuse.begin());
+  std::copy(all.begin() + kSmall, all.begin() + kSmall + 16, d.batch.begin());
+  std::copy(all.begin() + kSmall + 16, all.end() - 1, d.large.begin());
+  d.sample = all.back();
+  return d;
+}
+
+TEST(Fork, ChildrenDrawAfresh) {
+  // a parent with chunks in its bin, aged large chunks (48 frees and 48 MiB
+  // are past the window) and a sampling countdown under way
+  std::vector<void *> v;
+  for (int i = 0; i < 48; i++)
+    v.push_back(qm_malloc(1 << 20));
+  for (int i = 0; i < 100; i++)
+    v.push_back(qm_malloc(48));
+  for (void *p : v)
+    qm_free(p);
+  v.clear();
+  for (int i = 0; i < 4; i++) // the parent's streams have drawn
+    v.push_back(qm_malloc(1 << 20));
+  for (void *p : v)
+    qm_free(p);
+  Draws a = child_draws(), b = child_draws(), p = draw();
+  EXPECT_NE(a.reuse, b.reuse) << "two children reuse small chunks in one order";
+  EXPECT_NE(a.reuse, p.reuse) << "a child reuses small chunks in its parent's order";
+  EXPECT_NE(a.batch, b.batch) << "two children get a batch in one order";
+  EXPECT_NE(a.batch, p.batch) << "a child gets a batch in its parent's order";
+  EXPECT_NE(a.large, b.large) << "two children reuse large chunks in one order";
+  EXPECT_NE(a.large, p.large) << "a child reuses large chunks in its parent's order";
+  EXPECT_NE(a.sample, b.sample) << "two children sample the same allocation";
+  EXPECT_NE(a.sample, p.sample) << "a child samples its parent's allocation";
 }
 
 } // namespace
