@@ -124,6 +124,9 @@ typedef struct qm_stats {
   uint64_t guarded_skipped; /* requests that wanted a slot and got an ordinary chunk */
   uint64_t guarded_mappings_estimate, guarded_mappings_budget;
   int guarded_markers; /* 1: guard pages are MADV_GUARD_INSTALL markers (Linux 6.13+) */
+  /* page drops the kernel refused with madvise on locked pages (mlock,
+     mlockall), made by mapping the range afresh instead */
+  uint64_t locked_remaps;
 } qm_stats_t;
 void qm_stats(qm_stats_t *out);
 

@@ -214,7 +214,7 @@ static void enforce(unsigned first) {
       gslot_t *s = &c->slot[i];
       if (!(s->flags & GF_DIRTY))
         continue;
-      qm_os_dontneed((void *)slot_data(c, i), c->pages << qm__page_shift);
+      qm_os_dontneed((void *)slot_data(c, i), c->pages << qm__page_shift, QM_PROT_NONE);
       s->flags &= (uint8_t)~GF_DIRTY;
       G.qres -= c->pages;
       G.drops++;
@@ -425,19 +425,20 @@ void qm__guarded_free(void *p, const char *op) {
   uint8_t flags = 0;
   /* guard markers where the strategy says so, or where another split VMA
    * would pass the budget: they drop the pages (a zero-fill fault per page
-   * on reuse) but split nothing */
-  if (G.markers && (G.strategy == QM_STRATEGY_GUARD || G.maps + 2 > G.map_budget)) {
-    if (!qm_os_guard_install((void *)data, len))
-      flags = GF_MARKED;
-    else
-      flags = GF_OPEN;
+   * on reuse) but split nothing. Where they are refused (on locked pages:
+   * mlockall after start-up), PROT_NONE, over the budget if need be: a slot
+   * left open would catch nothing. */
+  bool tried = false;
+  if (G.markers && (G.strategy == QM_STRATEGY_GUARD || G.maps + 2 > G.map_budget) &&
+      (tried = true, !qm_os_guard_install((void *)data, len))) {
+    flags = GF_MARKED;
   } else if (!qm_os_protect((void *)data, len, QM_PROT_RW, QM_PROT_NONE)) {
     if (G.markers)
       G.maps += 2;
     flags = GF_DIRTY;
-    if (G.strategy == QM_STRATEGY_DISCARD && !qm_os_dontneed((void *)data, len))
+    if (G.strategy == QM_STRATEGY_DISCARD && !qm_os_dontneed((void *)data, len, QM_PROT_NONE))
       flags = 0;
-  } else if (G.markers && !qm_os_guard_install((void *)data, len)) {
+  } else if (G.markers && !tried && !qm_os_guard_install((void *)data, len)) {
     flags = GF_MARKED; /* no VMA to split: markers need none */
   } else {
     flags = GF_OPEN;

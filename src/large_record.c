@@ -229,7 +229,7 @@ void qm__tab_rekey(uintptr_t from, uintptr_t to, uint32_t idx) {
 void qm__unmap_forgotten(uint32_t i) {
   block_t *b = B(i);
   if (qm_os_unmap((void *)b->base, b->span))
-    qm_os_dontneed((void *)b->usable, b->cap << qm__page_shift);
+    qm_os_dontneed((void *)b->usable, b->cap << qm__page_shift, QM_PROT_NONE);
 }
 
 #ifdef QM_TEST_HOOKS

@@ -33,6 +33,10 @@ qm_os_counters_t qm__os_counts;
 static int check(const char *call, void *p, size_t len, bool einval_ok, int saved) {
   int err = errno;
   errno = saved;
+  /* EAGAIN: RLIMIT_MEMLOCK under mlockall(MCL_FUTURE), out of memory that
+   * may be locked */
+  if (err == EAGAIN)
+    err = ENOMEM;
   if (err == ENOMEM || (einval_ok && err == EINVAL))
     return err;
   qm__report_os_failure(call, p, len, err);
@@ -125,13 +129,41 @@ static int advise(void *p, size_t len, int advice, const char *name, bool einval
   return madvise(p, len, advice) ? check(name, p, len, einval_ok, saved) : 0;
 }
 
-int qm_os_dontneed(void *p, size_t len) {
-  return advise(p, len, MADV_DONTNEED, "madvise(MADV_DONTNEED)", false);
+/* What MADV_DONTNEED does, where the kernel refuses it with EINVAL: on
+ * locked pages (mlock, mlockall), the only EINVAL a page-aligned range of
+ * ours can get. The range is mapped afresh with the protection it has:
+ * MAP_FIXED replaces it in one call, so it is never free for another mmap to
+ * take (a quarantined range stays reserved and inaccessible), and its pages
+ * are gone. MAP_LOCKED keeps the new mapping locked like its neighbours
+ * (with MCL_FUTURE it would be anyway), so they can merge again; where
+ * RLIMIT_MEMLOCK refuses that (EAGAIN), without. A fresh RW mapping that is
+ * locked is faulted in at once: the pages read zero, as after DONTNEED. */
+static int remap_fresh(void *p, size_t len, qm_prot_t prot) {
+  int pr = prot == QM_PROT_RW ? PROT_READ | PROT_WRITE : PROT_NONE;
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+  int saved = errno;
+  COUNT(mmap);
+  void *r = mmap(p, len, pr, flags | MAP_LOCKED, -1, 0);
+  if (r == MAP_FAILED && errno == EAGAIN) {
+    COUNT(mmap);
+    r = mmap(p, len, pr, flags, -1, 0);
+  }
+  if (r == MAP_FAILED)
+    return check("mmap(MAP_FIXED)", p, len, false, saved);
+  QM_CHECK_OP((uintptr_t)r, ==, (uintptr_t)p);
+  COUNT(remapped);
+  return 0;
 }
-int qm_os_free_lazy(void *p, size_t len) {
-  /* MADV_FREE is 4.5+; where it is missing, DONTNEED does the same and more */
+
+int qm_os_dontneed(void *p, size_t len, qm_prot_t prot) {
+  int r = advise(p, len, MADV_DONTNEED, "madvise(MADV_DONTNEED)", true);
+  return r == EINVAL ? remap_fresh(p, len, prot) : r;
+}
+int qm_os_free_lazy(void *p, size_t len, qm_prot_t prot) {
+  /* MADV_FREE is 4.5+; where it is missing, DONTNEED does the same and
+   * more; on locked pages both are refused */
   int r = advise(p, len, MADV_FREE, "madvise(MADV_FREE)", true);
-  return r == EINVAL ? qm_os_dontneed(p, len) : r;
+  return r == EINVAL ? qm_os_dontneed(p, len, prot) : r;
 }
 int qm_os_nohugepage(void *p, size_t len) {
   return advise(p, len, MADV_NOHUGEPAGE, "madvise(MADV_NOHUGEPAGE)", true);

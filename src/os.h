@@ -1,7 +1,8 @@
 /* os.h: the contract of the OS layer, the only code that maps, unmaps,
  * protects or advises memory. Ranges are page-aligned; every function
  * returns 0 or an errno. ENOMEM (out of memory, address space or mappings)
- * always goes back to the caller, who must degrade; EINVAL goes back only
+ * always goes back to the caller, who must degrade (EAGAIN, memory that
+ * RLIMIT_MEMLOCK does not let be locked under mlockall, counts as ENOMEM); EINVAL goes back only
  * from the calls that probe optional kernel features (guard regions,
  * MREMAP_DONTUNMAP); any other errno is a fatal report. A zero-length call,
  * or a protection change to the state the range is already in, is not made.
@@ -16,9 +17,10 @@
 
 typedef enum { QM_PROT_NONE = 0, QM_PROT_RW = 1 } qm_prot_t;
 
-/* Syscalls made, by kind, and calls that were skipped as no-ops. */
+/* Syscalls made, by kind, and calls that were skipped as no-ops; remapped:
+ * ranges whose pages were dropped by mapping them afresh (locked pages). */
 typedef struct qm_os_counters {
-  atomic_ulong mmap, munmap, mprotect, madvise, mremap, skipped;
+  atomic_ulong mmap, munmap, mprotect, madvise, mremap, skipped, remapped;
 } qm_os_counters_t;
 extern qm_os_counters_t qm__os_counts;
 
@@ -37,8 +39,13 @@ int qm_os_unmap_guarded(void *p, size_t len);
 /* Changes the protection of [p, p+len) from `from` to `to`; no syscall when
  * they are equal or len is 0. */
 int qm_os_protect(void *p, size_t len, qm_prot_t from, qm_prot_t to);
-int qm_os_dontneed(void *p, size_t len);  /* pages dropped now; zero on refault */
-int qm_os_free_lazy(void *p, size_t len); /* MADV_FREE: dropped under pressure */
+/* Pages dropped now; zero on refault. prot: the range's protection now. On
+ * locked pages (mlock, mlockall), where madvise is refused, the range is
+ * mapped afresh with prot instead (counted in remapped): it stays ours, and
+ * may split off from its neighbours as a VMA of its own. */
+int qm_os_dontneed(void *p, size_t len, qm_prot_t prot);
+/* MADV_FREE: dropped under pressure; as qm_os_dontneed on locked pages. */
+int qm_os_free_lazy(void *p, size_t len, qm_prot_t prot);
 int qm_os_nohugepage(void *p, size_t len);
 int qm_os_hugepage(void *p, size_t len);
 /* MADV_GUARD_INSTALL / MADV_GUARD_REMOVE (Linux 6.13): EINVAL where absent. */

@@ -347,8 +347,8 @@ static void purge_locked(unsigned c) {
     }
     if (run) {
       void *at = (void *)(region(c) + (i - run) * pg);
-      int r = qm__opt.purge == QM_PURGE_FREE ? qm_os_free_lazy(at, run * pg)
-                                             : qm_os_dontneed(at, run * pg);
+      int r = qm__opt.purge == QM_PURGE_FREE ? qm_os_free_lazy(at, run * pg, QM_PROT_RW)
+                                             : qm_os_dontneed(at, run * pg, QM_PROT_RW);
       if (!r)
         cl->purged_bytes += run * pg;
       run = 0;

@@ -30,6 +30,7 @@ QM_EXPORT void qm_stats(qm_stats_t *s) {
   s->sys_madvise = atomic_load(&qm__os_counts.madvise);
   s->sys_mremap = atomic_load(&qm__os_counts.mremap);
   s->sys_skipped = atomic_load(&qm__os_counts.skipped);
+  s->locked_remaps = atomic_load(&qm__os_counts.remapped);
   qm__large_stats(s);
   qm__guarded_stats(s);
   qm_primary_stats_t p;
@@ -118,6 +119,7 @@ QM_EXPORT void qm_malloc_stats(void) {
   line(&b, "syscalls madvise", s.sys_madvise);
   line(&b, "syscalls mremap", s.sys_mremap);
   line(&b, "no-op changes skipped", s.sys_skipped);
+  line(&b, "page drops remapped (locked)", s.locked_remaps);
   line(&b, "threads with a cache", s.threads);
 }
 

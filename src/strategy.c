@@ -59,7 +59,7 @@ int qm__range_retire(int strategy, void *p, size_t len, bool *dropped) {
      * halfway with the range partly unmapped (and then taken by someone) */
     int err = qm_os_protect(p, len, QM_PROT_RW, QM_PROT_NONE);
     if (!err)
-      err = qm_os_dontneed(p, len);
+      err = qm_os_dontneed(p, len, QM_PROT_NONE);
     *dropped = !err && len;
     return err;
   }
@@ -82,8 +82,9 @@ int qm__range_revive(int strategy, void *p, size_t len) {
 int qm__range_drop(int strategy, void *p, size_t len) {
   switch (strategy) {
   case QM_STRATEGY_PROTECT:
-  case QM_STRATEGY_NONE:
-    return qm_os_dontneed(p, len);
+    return qm_os_dontneed(p, len, QM_PROT_NONE);
+  case QM_STRATEGY_NONE: /* nothing was made inaccessible */
+    return qm_os_dontneed(p, len, QM_PROT_RW);
   default:
     return 0; /* discard and guard dropped the pages when they retired */
   }
