@@ -206,7 +206,7 @@ static int is_zero_size(const void *p) {
 }
 
 /* malloc_object_size of a live chunk: the request from its start, 1 at its
- * last byte; 0 past the end of a small one (its canary or the next header) */
+ * last byte; 0 past the end of a small one (its canary) */
 static void check_object_size(const chunk_t *c) {
   size_t got = qm_malloc_object_size(c->p);
   if (got != c->req)

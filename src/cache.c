@@ -13,6 +13,7 @@
 #include "lock.h"
 #include "meta.h"
 #include "options.h"
+#include "smallstate.h"
 
 enum { TC_EMPTY, TC_LIVE, TC_DEAD };
 
@@ -39,6 +40,7 @@ typedef struct qm_tcache {
   qm_bin_t *bin; /* the owning thread's qm__bin */
   uintptr_t *slots;
   delayed_t *rings; /* ring_cap() entries per class, when free_delay > 0 */
+  unsigned id;      /* owner id of the chunks it hands out; kept across reuse */
   struct qm_tcache *next, *prev;
 } qm_tcache_t;
 
@@ -61,6 +63,7 @@ static qm_lock_t registry_lock = QM_LOCK_INIT;
 static qm_tcache_t *registry; /* live caches */
 static qm_tcache_t *spares;   /* registrations of exited threads, for reuse */
 static size_t nthreads;
+static unsigned next_id = 1; /* owner ids given out so far, under registry_lock */
 static pthread_key_t exit_key;
 static bool key_ok;
 
@@ -79,6 +82,11 @@ static bool cache_create(void) {
     spares = tc->next;
   qm_unlock(&registry_lock);
   if (!tc) {
+    qm_lock(&registry_lock);
+    unsigned id = next_id < QM_MAX_OWNERS ? next_id++ : 0;
+    qm_unlock(&registry_lock);
+    if (!id)
+      return false; /* every owner id is some live thread's: run on the central lists */
     size_t slots = 0;
     for (unsigned c = 0; c < QM_NCLASS; c++)
       slots += qm__class[c].cache_max;
@@ -87,6 +95,7 @@ static bool cache_create(void) {
     tc = qm__meta_alloc(sizeof *tc + ring_bytes + slots * sizeof(uintptr_t));
     if (!tc)
       return false;
+    tc->id = id;
     tc->rings = (delayed_t *)(tc + 1);
     tc->slots = (uintptr_t *)((char *)tc->rings + ring_bytes);
   }
@@ -102,6 +111,7 @@ static bool cache_create(void) {
   }
   tc->bin = qm__bin;
   self = tc;
+  qm__state_adopt(tc->id);
   qm_rand_thread_seed();
   state = TC_LIVE; /* before setspecific, which may itself call malloc */
   qm_lock(&registry_lock);
@@ -176,7 +186,7 @@ static uintptr_t take_checked(unsigned c) {
   if (n) {
     uint32_t j = qm_rand_below(n);
     hnext[c] = j;
-    uintptr_t next = b->slot[j];
+    uintptr_t next = qm_slot_chunk(b->slot[j]);
     size_t span = qm__opt.zero_on_free ? qm__class[c].size : 64;
     if (span > 1024)
       span = 1024; /* past this the hardware prefetcher keeps up with the scan */
@@ -231,6 +241,8 @@ size_t qm__cache_delay_early(void) {
 #endif
 
 uintptr_t qm__cache_take_slow(unsigned c) {
+  /* frees other threads sent this one come back to its bins first */
+  qm__state_drain();
   if (!have_cache()) {
     uintptr_t one;
     return qm__central_take(c, group, &one, 1) ? one : 0;
@@ -258,6 +270,8 @@ void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
 }
 
 void qm__cache_flush_self(void) {
+  qm__small_pend_flush();
+  qm__state_flush_outbox();
   if (state != TC_LIVE)
     return;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
@@ -272,9 +286,11 @@ static void on_thread_exit(void *arg) {
   qm_tcache_t *tc = arg;
   if (state != TC_LIVE || tc != self)
     return;
+  qm__state_drain();
   qm__cache_flush_self();
   if (qm__opt.free_delay)
     ring_flush();
+  qm__state_retire(tc->id);
   for (unsigned c = 0; c < QM_NCLASS; c++)
     qm__bin[c].max = 0; /* every later call takes the slow path */
   state = TC_DEAD;
@@ -314,9 +330,14 @@ void qm__cache_fork_parent(void) { qm_unlock(&registry_lock); }
 
 /* Only the forking thread lives on in the child. The other threads' caches
  * may have been in mid-update when fork() copied them: their chunks are
- * abandoned rather than trusted. The caller's own cache stays registered. */
+ * abandoned rather than trusted, and their ids closed (the frees of the
+ * chunks they owned take the closed path). The caller's own cache stays
+ * registered. */
 void qm__cache_fork_child(void) {
   qm_lock_reinit(&registry_lock);
+  for (qm_tcache_t *tc = registry; tc; tc = tc->next)
+    if (tc != self || state != TC_LIVE)
+      qm__state_orphan(tc->id);
   registry = state == TC_LIVE ? self : NULL;
   nthreads = registry ? 1 : 0;
   memset(group_live, 0, sizeof group_live);

@@ -42,13 +42,13 @@ bool qm__small_describe(uintptr_t a, const char **what, qm_buf_t *d) {
       return false; /* RW memory: whatever faulted there, it was not qmalloc's guard */
     *what = "heap overflow or underflow";
     qm_buf_str(d, "guard page between runs of small chunks of class ");
-    qm_buf_dec(d, qm__class[c].size - QM_HDR);
+    qm_buf_dec(d, qm__class[c].size);
     qm_buf_str(d, " bytes");
     return true;
   }
   *what = "wild access";
   qm_buf_str(d, "unused part of the small-chunk heap, class ");
-  qm_buf_dec(d, qm__class[c].size - QM_HDR);
+  qm_buf_dec(d, qm__class[c].size);
   qm_buf_str(d, " bytes");
   return true;
 }

@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "cache.h"
-#include "chunk.h"
 #include "fault.h"
 #include "guarded.h"
 #include "meta.h"
@@ -29,6 +28,7 @@
 #include "report.h"
 #include "ro.h"
 #include "secondary.h"
+#include "smallstate.h"
 #include "stack.h"
 #include "zero.h"
 
@@ -63,15 +63,19 @@ bool qm__boot_owns(const void *p) {
 size_t qm__boot_size(const void *p) { return *(const size_t *)((const unsigned char *)p - 16); }
 
 static void fork_prepare(void) {
+  /* the child's cache must hold no chunk whose canary is unchecked */
+  qm__small_pend_flush();
   qm__guarded_fork_prepare();
   qm__large_fork_prepare();
   qm__primary_lock_all();
   qm__zero_fork_prepare();
   qm_lock(&qm__meta_lock);
   qm__cache_fork_prepare();
+  qm__state_fork_prepare();
 }
 
 static void fork_parent(void) {
+  qm__state_fork_parent();
   qm__cache_fork_parent();
   qm_unlock(&qm__meta_lock);
   qm__zero_fork_parent();
@@ -80,12 +84,15 @@ static void fork_parent(void) {
   qm__guarded_fork_parent();
 }
 
+/* The cache's last: the parent's other threads' ids are closed, and what
+ * was sent to them goes to the central lists, whose locks are fresh. */
 static void fork_child(void) {
   qm__random_fork_child(); /* before anything in the child draws */
-  qm__cache_fork_child();
   qm_lock_reinit(&qm__meta_lock);
   qm__zero_fork_child();
   qm__primary_fork_child(qm__cache_group());
+  qm__state_fork_child();
+  qm__cache_fork_child();
   qm__large_fork_child();
   qm__guarded_fork_child();
 }
@@ -113,7 +120,11 @@ void qm__init_slow(void) {
   qm__secret = qm_random_u64() | 1;
   qm__cache_checked =
       qm__opt.hardening == QM_HARDENING_MAX || qm__opt.zero_on_free || qm__opt.free_delay;
+  /* the largest class serves QM_SMALL_MAX bytes (its canary takes the
+   * rest): requests past it are large whatever the threshold */
   size_t limit = qm__opt.large_threshold_kb << 10;
+  if (limit > QM_SMALL_MAX + 1)
+    limit = QM_SMALL_MAX + 1;
   if (qm__primary_init(qm__secret) == 0)
     qm__small_limit = limit;
   /* else every request goes to the secondary: slow, but correct */

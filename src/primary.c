@@ -1,7 +1,8 @@
 /* primary.c: size classes, the one reservation that holds every class
- * region, and per-class central free lists of chunk addresses kept in
- * out-of-band batches, one stack per group of threads. Regions are
- * committed (PROT_NONE -> RW) as they are carved, and pages wholly covered
+ * region, the one that holds their state tables, and per-class central free
+ * lists of chunk addresses kept in out-of-band batches, one stack per group
+ * of threads. Regions and their tables are committed (PROT_NONE -> RW) as
+ * they are carved, and pages wholly covered
  * by central free chunks go back to the kernel at most once per release
  * interval. Lock order: a class lock, then the meta lock; no two class
  * locks are held at once except by fork.
@@ -18,6 +19,7 @@
 #include "os.h"
 #include "random.h"
 #include "report.h"
+#include "smallstate.h"
 
 #define BATCH_CAP 64
 
@@ -58,11 +60,23 @@ static _Atomic uint64_t pending; /* classes with a purge due (bit c) */
 /* A class is worth a purge scan once this much went back to its list. */
 #define PURGE_MIN ((size_t)64 << 10)
 
-static size_t user_size_of(unsigned c) {
+static size_t chunk_size_of(unsigned c) {
   if (c < 16)
     return (c + 1) * 16;
   unsigned k = c - 16, l = 8 + k / 4;
   return ((size_t)1 << l) + ((size_t)(k % 4 + 1) << (l - 2));
+}
+
+/* The state tables: one reservation, class c's table at tbase + toff[c],
+ * each followed by at least a PROT_NONE page (the reservation's own, never
+ * committed), entries committed as the region is (under the class lock). */
+static uintptr_t tbase;
+static size_t toff[QM_NCLASS + 1], tcommitted[QM_NCLASS];
+
+/* Bytes of class c's table for a region of 1 << shift bytes. */
+static size_t table_bytes(unsigned c, unsigned shift) {
+  size_t size = chunk_size_of(c);
+  return qm_page_up((((size_t)1 << shift) + size - 1) / size * sizeof(uint64_t));
 }
 
 #define region qm_region
@@ -86,22 +100,23 @@ int qm__primary_init(uint64_t secret) {
     qm__gmask = p2 - 1;
   }
   /* classes are multiples of 16 up to the table's end: one entry per granule */
-  for (size_t i = 0; i <= QM_CLASS_TAB_MAX / 16; i++)
-    qm__class_tab[i] = (uint8_t)qm_class_of_calc(i * 16);
+  for (size_t i = 0; i <= QM_CLASS_TAB_MAX / 8; i++)
+    qm__class_tab[i] = (uint8_t)qm_class_of_calc(i * 8);
   qm__class_tab[0] = QM_ZCLASS;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     qm__class[c].key = mix(secret ^ ((uint64_t)c << 1));
-    qm__class[c].gkey = qm_guard_key(mix(secret ^ ((uint64_t)c << 1 | 1)));
+    qm__class[c].ckey = mix(secret ^ ((uint64_t)c << 1 | 1)) | 1;
     qm_lock_reinit(&central[c].lock); /* before any thread can use it */
-    size_t size = user_size_of(c) + QM_HDR;
-    QM_CHECK_OP(qm_class_of_calc(user_size_of(c)), ==, c);
+    size_t size = chunk_size_of(c);
+    QM_CHECK_OP(qm_class_of_calc(size - QM_CANARY), ==, c);
     qm__class[c].size = (uint32_t)size;
-    qm__class[c].lo = c ? qm__class[c - 1].size : QM_HDR;
+    /* the smallest request of the class puts its canary here */
+    qm__class[c].lo = c ? qm__class[c - 1].size - QM_CANARY + 1 : 0;
     qm__class[c].magic = UINT64_MAX / size + 1;
     size_t slots = 32768 / size;
     qm__class[c].cache_max = (uint32_t)(slots < 2 ? 2 : slots > 128 ? 128 : slots);
   }
-  QM_CHECK_OP(user_size_of(QM_NCLASS - 1), ==, QM_SMALL_MAX);
+  QM_CHECK_OP(chunk_size_of(QM_NCLASS - 1), ==, QM_CHUNK_MAX);
   /* the classes, the zero-size region, and a guard page below them all.
    * Where the full span is refused (a low RLIMIT_AS), take half of the
    * largest span that fits: the rest of the address space is what large
@@ -111,15 +126,35 @@ int qm__primary_init(uint64_t secret) {
   for (unsigned shift = RSHIFT_MAX; shift >= RSHIFT_MIN; shift--) {
     void *p;
     size_t span = (size_t)(QM_NCLASS + 1) << shift;
+    size_t tables = 0;
+    for (unsigned c = 0; c < QM_NCLASS; c++)
+      tables += table_bytes(c, shift) + qm__page;
     if (qm_os_map(span + qm__page, qm__page, QM_PROT_NONE, &p) == 0) {
+      void *t;
+      if (qm_os_map(tables + qm__page, qm__page, QM_PROT_NONE, &t)) {
+        qm_os_unmap(p, span + qm__page);
+        refused = true;
+        continue;
+      }
       if (refused && shift > RSHIFT_MIN) {
         qm_os_unmap(p, span + qm__page);
+        qm_os_unmap(t, tables + qm__page);
         refused = false; /* the next, half as large, is kept */
         continue;
       }
       qm__pbase = (uintptr_t)p + qm__page;
       qm__rshift = shift;
       qm__pspan = span;
+      /* a guard page below the first table and after each */
+      tbase = (uintptr_t)t + qm__page;
+      size_t at = 0;
+      for (unsigned c = 0; c < QM_NCLASS; c++) {
+        toff[c] = at;
+        qm__class[c].table = (uint64_t *)(tbase + at);
+        at += table_bytes(c, shift) + qm__page;
+      }
+      /* bin slots carry a generation in the top 16 bits of an address */
+      QM_CHECK_OP(qm__pbase + span, <=, QM_SLOT_ADDR);
       return 0;
     }
     refused = true;
@@ -181,6 +216,14 @@ static bool commit(unsigned c, size_t upto) {
   size_t want = qm_page_up(upto - have > COMMIT_STEP ? upto : have + COMMIT_STEP);
   if (want > limit)
     want = limit;
+  /* the table first: a committed chunk always has a committed entry */
+  size_t tneed = qm_page_up((want + qm__class[c].size - 1) / qm__class[c].size * sizeof(uint64_t));
+  if (tneed > tcommitted[c]) {
+    if (qm_os_protect((void *)(tbase + toff[c] + tcommitted[c]), tneed - tcommitted[c],
+                      QM_PROT_NONE, QM_PROT_RW))
+      return false;
+    tcommitted[c] = tneed;
+  }
   if (qm_os_protect((void *)(region(c) + have), want - have, QM_PROT_NONE, QM_PROT_RW))
     return false;
   if (qm__gmask)
@@ -192,17 +235,17 @@ static bool commit(unsigned c, size_t upto) {
 
 static void purge_pending(void);
 
-/* Checks chunks about to go to a thread cache (or straight to malloc),
- * shuffles them, and writes each a FREE header: a batch entry that is not a carved chunk of
- * this class, or whose header is neither FREE nor cleared by a purge, is a
- * forged entry or a corrupted chunk. Writing the header also cancels a
- * pending MADV_FREE of its page, so the header stays what the fast path
- * expects. Runs after the class lock is released: only this thread holds
- * these chunks now. carved is a snapshot; chunks below it stay carved. */
+/* Checks chunks about to go to a thread cache (or straight to malloc) and
+ * shuffles them: a batch entry that is not a carved chunk of this class, or
+ * whose table entry says ALLOC, is a forged entry or a corrupted list. Each
+ * goes out as chunk | generation << 48, the generation read from its entry
+ * (malloc writes the entry without reading it). Runs after the class lock
+ * is released: only this thread holds these chunks now, and nothing writes
+ * a FREE entry but the chunk's next malloc. carved is a snapshot; chunks
+ * below it stay carved. */
 static void arm(unsigned c, uintptr_t *out, unsigned n, size_t carved) {
   uintptr_t base = region(c);
   uint32_t size = qm__class[c].size;
-  uint64_t key = qm__class[c].key, gkey = qm__class[c].gkey;
   /* in shuffled order: chunks carved side by side are not handed out side
    * by side (Fisher-Yates, from the thread's stream so the order cannot be
    * foretold, nor repeated by two fork children of one parent) */
@@ -215,17 +258,13 @@ static void arm(unsigned c, uintptr_t *out, unsigned n, size_t carved) {
   }
   for (unsigned i = 0; i < n; i++) {
     uintptr_t ch = out[i], roff = ch - base;
-    if (roff >= carved || qm_chunk_index(roff, c) * size != roff || qm_slot_dead(roff, size))
-      qm__report_bad_entry(size - QM_HDR, ch, "not a chunk of its class");
-    uint64_t w = *qm_hdr_at(ch);
-    if (w &&
-        (qm_hdr_state(w) != QM_CHUNK_FREE || !qm_hdr_valid(ch, w, key) || *qm_guard_at(ch) != gkey))
-      qm__report_bad_entry(size - QM_HDR, ch,
-                           qm_hdr_valid(ch, w, key) && qm_hdr_state(w) == QM_CHUNK_ALLOC
-                               ? "chunk in use"
-                               : "bad header");
-    *qm_guard_at(ch) = gkey;
-    *qm_hdr_at(ch) = qm_hdr_make(ch, key, QM_CHUNK_FREE, 0, w ? qm_hdr_size(w) : 0);
+    uintptr_t index = qm_chunk_index(roff, c);
+    if (roff >= carved || index * size != roff || qm_slot_dead(roff, size))
+      qm__report_bad_entry(size, ch, "not a chunk of its class");
+    uint64_t w = qm_entry_load(qm_entry_at(c, index));
+    if (qm_e_state(w) == QM_CHUNK_ALLOC || qm_e_state(w) == QM_CHUNK_SENT)
+      qm__report_bad_entry(size, ch, "chunk in use");
+    out[i] = qm_slot_make(ch, qm_e_gen(w));
   }
 }
 
@@ -259,17 +298,14 @@ static unsigned pop_group(central_t *cl, unsigned g, uintptr_t *out, unsigned n,
  * returns the new n. Called with the class lock held. */
 static unsigned carve(unsigned c, central_t *cl, uintptr_t *out, unsigned n, unsigned want) {
   size_t size = qm__class[c].size;
-  /* the last chunk's canary may reach 8 bytes past its end (into where
-   * the next chunk's guard word goes): keep them inside the region and
-   * committed */
-  size_t limit = ((size_t)1 << qm__rshift) - QM_HDR;
+  size_t limit = (size_t)1 << qm__rshift;
   /* slots for the chunks wanted, and for the dead ones among them */
   size_t k = 0, live = 0;
   for (size_t at = cl->carved; live < want - n && at + size <= limit; at += size, k++)
     live += !qm_slot_dead(at, size);
-  if (k && !commit(c, cl->carved + k * size + QM_HDR)) {
+  if (k && !commit(c, cl->carved + k * size)) {
     size_t have = atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
-    k = have >= cl->carved + QM_HDR ? (have - cl->carved - QM_HDR) / size : 0;
+    k = have >= cl->carved ? (have - cl->carved) / size : 0;
   }
   for (; k; k--, cl->carved += size)
     if (!qm_slot_dead(cl->carved, size))
@@ -318,13 +354,12 @@ static void purge_locked(unsigned c) {
   uint32_t *cover;
   if (qm_os_map(npages * sizeof *cover, 0, QM_PROT_RW, (void **)&cover))
     return;
-  /* a free chunk covers its bytes but its guard word, plus the next
-   * chunk's guard word: a live chunk's canary can reach into the latter,
-   * and its page must keep it */
+  /* a free chunk covers its own bytes: its state is in the table, and a
+   * live chunk's canary lies inside the live chunk */
   for (unsigned g = 0; g < QM_GROUPS; g++)
     for (qm_batch_t *b = cl->full[g]; b; b = b->next) {
       for (uint32_t i = 0; i < b->count; i++) {
-        size_t lo = b->chunk[i] - region(c) + 8, hi = lo + size;
+        size_t lo = b->chunk[i] - region(c), hi = lo + size;
         if (hi > npages * pg)
           hi = npages * pg;
         while (lo < hi) {
@@ -335,8 +370,8 @@ static void purge_locked(unsigned c) {
         }
       }
     }
-  /* the never-carved tail, past where the last chunk's canary may reach */
-  size_t tail = cl->carved + 8;
+  /* the never-carved tail */
+  size_t tail = cl->carved;
   if (tail < npages * pg && tail % pg)
     cover[npages - 1] += (uint32_t)(pg - tail % pg);
   size_t run = 0;
@@ -385,7 +420,7 @@ void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned 
       b->next = *full;
       *full = b;
     }
-    b->chunk[b->count++] = in[i];
+    b->chunk[b->count++] = qm_slot_chunk(in[i]); /* the generation is in the table */
     cl->nfree_of[g]++;
   }
   /* a scan costs O(free chunks): run one only when a quarter of the list is
@@ -434,6 +469,22 @@ size_t qm__primary_purge_all(void) {
   }
   return after - before;
 }
+
+#ifdef QM_TEST_HOOKS
+size_t qm__primary_tables(uintptr_t (*out)[2], size_t cap) {
+  size_t n = 0;
+  for (unsigned c = 0; c < QM_NCLASS && n < cap && qm__pspan; c++) {
+    central_t *cl = &central[c];
+    qm_lock(&cl->lock);
+    if (tcommitted[c]) {
+      out[n][0] = tbase + toff[c];
+      out[n++][1] = tbase + toff[c] + tcommitted[c];
+    }
+    qm_unlock(&cl->lock);
+  }
+  return n;
+}
+#endif
 
 void qm__primary_stats(qm_primary_stats_t *s) {
   memset(s, 0, sizeof *s);

@@ -4,9 +4,11 @@
  * Region QM_ZCLASS, after the last class, is never made accessible: it holds
  * the pointers malloc(0) returns. A PROT_NONE page below the first region
  * keeps whatever is mapped there from touching class 0. Chunks of class c
- * sit at region + i*size; the central free lists hold chunk addresses (not
- * user pointers) out of band, never inside chunks, and every address taken
- * from them is checked against its region before it is handed out.
+ * sit at region + i*size and hold no allocator state: their state is entry i
+ * of the class's table (smallstate.h), in a reservation of its own. The
+ * central free lists hold chunk addresses out of band, and every address
+ * taken from them is checked against its region and its table entry before
+ * it is handed out.
  */
 #ifndef QM_PRIMARY_H
 #define QM_PRIMARY_H
@@ -15,22 +17,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chunk.h"
 #include "fmt.h"
 #include "qm.h"
 
 #define QM_NCLASS 52
-#define QM_ZCLASS QM_NCLASS           /* the zero-size region */
-#define QM_SMALL_MAX ((size_t)131072) /* largest user size of a class */
+#define QM_ZCLASS QM_NCLASS /* the zero-size region */
+/* A chunk of class size S serves requests n with n + 8 <= S: the 8 canary
+ * bytes after the request always lie inside the chunk. */
+#define QM_CANARY 8u
+#define QM_CHUNK_MAX ((size_t)131072)           /* the largest class size */
+#define QM_SMALL_MAX (QM_CHUNK_MAX - QM_CANARY) /* largest user size of a class */
 
 /* Fixed at init: what the fast paths read of a class. */
 typedef struct qm_class_info {
-  uint32_t size;      /* chunk bytes, header included */
+  uint32_t size;      /* chunk bytes (a multiple of 16) */
   uint32_t cache_max; /* slots in a thread cache's bin */
   uint32_t lo;        /* chunk offset of the smallest request's canary */
   uint64_t magic;     /* ceil(2^64 / size): chunk index by multiply-high */
-  uint64_t key;       /* this region's header key */
-  uint64_t gkey;      /* this region's guard and canary pattern key */
+  uint64_t key, ckey; /* this region's canary keys */
+  uint64_t *table;    /* this region's state table: entry i is chunk i's */
 } qm_class_info_t;
 
 extern qm_class_info_t qm__class[QM_NCLASS + 1];
@@ -46,30 +51,36 @@ extern unsigned qm__rshift;
  * class size, so the index arithmetic is unchanged. */
 extern uintptr_t qm__gmask;
 QM_INLINE bool qm_slot_dead(uintptr_t roff, size_t size) {
-  return qm__gmask && roff + size + 8 > (roff | qm__gmask) + 1 - qm__page;
+  return qm__gmask && roff + size > (roff | qm__gmask) + 1 - qm__page;
 }
 /* Whether byte roff of a region is on one of its guard pages. */
 QM_INLINE bool qm_on_guard(uintptr_t roff) {
   return qm__gmask && (roff & qm__gmask) >= qm__gmask + 1 - qm__page;
 }
 
-/* Class of a request of n user bytes (n <= QM_SMALL_MAX): 16-byte steps to
- * 256, then four classes per doubling; 0 bytes share class 0 here. */
-QM_INLINE unsigned qm_class_of_calc(size_t n) {
-  if (n <= 256)
-    return n ? (unsigned)((n + 15) >> 4) - 1 : 0;
-  unsigned l = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1));
-  return 16 + (l - 8) * 4 + (unsigned)(((n - 1) >> (l - 2)) - 4);
+/* Class of a chunk of s bytes (s <= QM_CHUNK_MAX): 16-byte steps to 256,
+ * then four classes per doubling. */
+QM_INLINE unsigned qm_class_of_chunk(size_t s) {
+  if (s <= 256)
+    return s ? (unsigned)((s + 15) >> 4) - 1 : 0;
+  unsigned l = 63u - (unsigned)__builtin_clzll((unsigned long long)(s - 1));
+  return 16 + (l - 8) * 4 + (unsigned)(((s - 1) >> (l - 2)) - 4);
 }
+/* Class of a request of n user bytes (n <= QM_SMALL_MAX): its chunk holds
+ * the canary too; 0 bytes share class 0 here. */
+QM_INLINE unsigned qm_class_of_calc(size_t n) { return qm_class_of_chunk(n + QM_CANARY); }
 
 /* The same from a table for the common sizes (filled by primary init),
  * except that 0 maps to QM_ZCLASS, whose thread-cache bin stays empty: the
- * malloc fast path then leaves malloc(0) to the slow path at no cost. */
+ * malloc fast path then leaves malloc(0) to the slow path at no cost. One
+ * entry per 8 bytes: with the canary's 8 added, the requests of one entry
+ * (8i - 7 .. 8i) never straddle a class boundary (classes are multiples of
+ * 16). */
 #define QM_CLASS_TAB_MAX 4096
-extern uint8_t qm__class_tab[QM_CLASS_TAB_MAX / 16 + 1];
+extern uint8_t qm__class_tab[QM_CLASS_TAB_MAX / 8 + 1];
 QM_INLINE unsigned qm_class_of(size_t n) {
   if (QM_LIKELY(n <= QM_CLASS_TAB_MAX))
-    return qm__class_tab[(n + 15) >> 4];
+    return qm__class_tab[(n + 7) >> 3];
   return qm_class_of_calc(n);
 }
 
@@ -93,9 +104,9 @@ int qm__primary_init(uint64_t secret);
 /* Moves up to want free chunks of class c into out (chunk addresses): from
  * group's stack, then from other groups' that hold more than QM_STEAL_MIN,
  * then carved fresh, then (when no more can be carved) from any group's;
- * each checked (in its region, on a chunk boundary, carved) and given a
- * fresh FREE header. 0 when every stack is empty and nothing more can be
- * carved or committed. */
+ * each checked (in its region, on a chunk boundary, carved, its table entry
+ * not ALLOC), as chunk | generation << 48 (see smallstate.h). 0 when every stack is empty and
+ * nothing more can be carved or committed. */
 unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want);
 #ifdef QM_TEST_HOOKS
 /* Test hook: chunks of class c in group's stack. */
@@ -109,6 +120,12 @@ size_t qm__primary_purge_all(void);
 /* Test hook: guard pages made inside class regions, and refused (the page
  * stayed RW); markers: they are guard markers, not PROT_NONE mappings. */
 void qm__primary_guards(size_t *made, size_t *missed, bool *markers);
+#endif
+
+#ifdef QM_TEST_HOOKS
+/* The committed part of each class's state table, as [lo, hi) pairs (for
+ * the tests' maps check); returns how many. */
+size_t qm__primary_tables(uintptr_t (*out)[2], size_t cap);
 #endif
 
 typedef struct qm_primary_stats {

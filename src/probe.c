@@ -162,7 +162,8 @@ QM_EXPORT int qm_probe_run(qm_probe_result_t *r, int full) {
    * pages (until reclaim); 6.2 makes them writable too */
   r->fast_clean = -1;
   r->faults_clean = -1;
-  if (!qm_os_free_lazy(p, len, QM_PROT_RW) && !(err = qm_os_protect(p, len, QM_PROT_RW, QM_PROT_NONE)) &&
+  if (!qm_os_free_lazy(p, len, QM_PROT_RW) &&
+      !(err = qm_os_protect(p, len, QM_PROT_RW, QM_PROT_NONE)) &&
       !(err = qm_os_protect(p, len, QM_PROT_NONE, QM_PROT_RW)) &&
       qm_os_resident_pages(p, len) == (long)n) {
     r->faults_clean = write_pages(p, n);

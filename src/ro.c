@@ -28,7 +28,7 @@ RO __attribute__((aligned(4096), used)) static char ro_align[8];
 RO qm_options_t qm__opt;
 RO qm_option_strings_t qm__opt_str;
 RO qm_class_info_t qm__class[QM_NCLASS + 1];
-RO uint8_t qm__class_tab[QM_CLASS_TAB_MAX / 16 + 1];
+RO uint8_t qm__class_tab[QM_CLASS_TAB_MAX / 8 + 1];
 RO uintptr_t qm__pbase;
 RO size_t qm__pspan;
 RO unsigned qm__rshift;

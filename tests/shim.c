@@ -19,6 +19,7 @@
 #include "report.h"
 #include "ro.h"
 #include "secondary.h"
+#include "smallstate.h"
 
 /* the options are sealed read-only after init: open them around a change */
 void qmt_options_reset(void) {
@@ -53,11 +54,19 @@ uint32_t qmt_sample_left(void) { return qm__sample_left; }
 
 unsigned qmt_nclasses(void) { return QM_NCLASS; }
 unsigned qmt_class_of(size_t n) { return qm_class_of_calc(n); }
-size_t qmt_class_user_size(unsigned c) { return qm__class[c].size - QM_HDR; }
+size_t qmt_class_user_size(unsigned c) { return qm__class[c].size - QM_CANARY; }
+size_t qmt_class_chunk_size(unsigned c) { return qm__class[c].size; }
 uintptr_t qmt_region(unsigned c) { return qm_region(c); }
-int qmt_header_valid_as(const void *p, unsigned c) {
-  uintptr_t ch = (uintptr_t)p - QM_HDR;
-  return qm_hdr_valid(ch, *qm_hdr_at(ch), qm__class[c].key);
+qmt_entry_t qmt_entry(const void *p) {
+  uintptr_t off = (uintptr_t)p - qm__pbase;
+  unsigned c = (unsigned)(off >> qm__rshift);
+  uintptr_t roff = off & (((uintptr_t)1 << qm__rshift) - 1);
+  uint64_t w = qm_entry_load(qm_entry_at(c, qm_chunk_index(roff, c)));
+  return (qmt_entry_t){qm_e_state(w), qm_e_owner(w), (unsigned)qm_e_gen(w), qm_e_size(w),
+                       qm_e_offset(w)};
+}
+unsigned qmt_owner_id(void) {
+  return qm__me == QM_E_NOBODY ? 0 : (unsigned)(qm__me >> QM_E_OWNER_SHIFT) & 0xffff;
 }
 void qmt_guards(size_t *made, size_t *missed, int *markers) {
   bool m;
@@ -129,6 +138,7 @@ long qmt_read_file(const char *path, char *buf, size_t cap) {
 
 size_t qmt_metadata(uintptr_t (*out)[2], size_t cap) {
   size_t n = qm__meta_ranges(out, cap);
+  n += qm__primary_tables(out + n, cap - n);
   return n + qm__large_metadata(out + n, cap - n);
 }
 

@@ -22,10 +22,20 @@ void qmt_options_init(void);
 /* Small-chunk classes. */
 unsigned qmt_nclasses(void);
 unsigned qmt_class_of(size_t n);
+/* The largest request class c serves, and its chunk size (8 more: the
+ * canary's bytes). */
 size_t qmt_class_user_size(unsigned c);
+size_t qmt_class_chunk_size(unsigned c);
 uintptr_t qmt_region(unsigned c);
-/* Whether the header of small chunk p checks out under class c's key. */
-int qmt_header_valid_as(const void *p, unsigned c);
+/* The table entry of the small chunk holding p: its state (0 none, 1
+ * allocated, 2 free), requested size, owner id and generation. */
+typedef struct qmt_entry {
+  unsigned state, owner, gen;
+  size_t size, offset;
+} qmt_entry_t;
+qmt_entry_t qmt_entry(const void *p);
+/* The calling thread's owner id (0 while it has no cache). */
+unsigned qmt_owner_id(void);
 /* Guard pages made inside class regions, refused, and whether markers. */
 void qmt_guards(size_t *made, size_t *missed, int *markers);
 /* The first byte of class c's region that is not committed (PROT_NONE). */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,53 +22,124 @@ static void *opaque(void *p) {
   return sink;
 }
 
-static int header_flip(void) { /* the 2-bit write that re-armed a freed chunk */
-  unsigned char *p = opaque(malloc(32));
+/* The higher of two fresh chunks of n bytes: the 16 bytes below it are in
+ * its class region (the lower one may be the region's first chunk). */
+static unsigned char *not_first(size_t n) {
+  unsigned char *a = opaque(malloc(n)), *b = opaque(malloc(n));
+  return a > b ? a : b;
+}
+
+/* Where the header used to be, bits flipped after the free (FREE -> ALLOC
+ * in the old layout): state is out of band, the second free aborts. */
+static int before_flip(int at) {
+  unsigned char *p = not_first(32);
   free(p);
-  p[-6] ^= 3; /* the header word's state bits: FREE -> ALLOC */
+  p[at] ^= 3;
   free(p);
   return 0;
 }
 
-static int guard_flip(void) {
-  unsigned char *p = opaque(malloc(32));
+/* The 16 bytes before a live chunk overwritten, then freed twice. */
+static int before_overwrite(void) {
+  unsigned char *p = not_first(48);
+  memset(p - 16, 0x41, 16);
   free(p);
-  p[-14] ^= 3;
-  free(p);
-  return 0;
-}
-
-static int header_overwrite(void) {
-  unsigned char *p = opaque(malloc(48));
-  memset(p - 8, 0x41, 8);
   free(p);
   return 0;
 }
 
-static int guard_overwrite(void) {
-  unsigned char *p = opaque(malloc(48));
-  memset(p - 16, 0x41, 8);
-  free(p);
-  return 0;
-}
-
-/* Re-arming a freed chunk with the 16 header bytes of a live one of the
- * same size: the checksum is keyed by the chunk's address, so a header
- * copied from elsewhere is not valid here. */
+/* Header replay: the 16 bytes before a live chunk read, written back after
+ * its free (or the same through a neighbour's over-read and overflow):
+ * they are the neighbour's bytes, not state; the second free aborts. */
 static int header_replay(void) {
-  unsigned char *live = opaque(malloc(32)), *p = opaque(malloc(32));
+  unsigned char *p = not_first(32), saved[16];
+  memcpy(saved, p - 16, 16);
   free(p);
-  memcpy(p - 16, live - 16, 16);
+  memcpy(p - 16, saved, 16);
   free(p);
   return 0;
 }
 
-/* A valid header of a 48-byte chunk laid over a 64-byte one's: keyed by
- * another class region's key (and address), it forges nothing there. */
+/* Header transplant: the words before a freed chunk, XORed with the state
+ * and offset bits of the old header (0x30000, 1 << 18), laid before a live
+ * chunk, whose address + 16 is then freed: nothing there is read, and the
+ * table says the chunk's pointer is its start. */
+static int header_transplant(void) {
+  unsigned char *a = not_first(32), *b = not_first(32);
+  uint64_t w[2];
+  free(a);
+  memcpy(w, a - 16, 16);
+  w[1] ^= 0x30000 + (1u << 18);
+  memcpy(b - 16, w, 16);
+  free(b + 16);
+  return 0;
+}
+
+/* A valid chunk's 16 preceding bytes laid before one of another class. */
 static int header_cross_class(void) {
-  unsigned char *a = opaque(malloc(48)), *b = opaque(malloc(64));
+  unsigned char *a = not_first(48), *b = not_first(64);
   memcpy(b - 16, a - 16, 16);
   free(b);
+  free(b);
+  return 0;
+}
+
+/* Canary leak: an unterminated string read past a chunk stops inside its
+ * canary (byte 1 is zero) having leaked one byte; even the whole canary of
+ * one chunk, read by a wider over-read, is not another's: an overflow of a
+ * second chunk that writes the first one's canary over its own aborts. */
+static int canary_leak(void) {
+  char *a = (char *)not_first(24), *b = (char *)not_first(24);
+  memset(a, 'x', 24);
+  if (strlen(a) != 25)
+    return 7;
+  unsigned char leaked[8];
+  memcpy(leaked, a + 24, 8);
+  memset(b, 'y', 24);
+  memcpy(b + 24, leaked, 8);
+  free(a);
+  free(b);
+  return 0;
+}
+
+/* Signal re-entry: a free interrupted by a signal whose handler frees the
+ * same pointer, in a fresh child per trial, the signal at a random moment
+ * around the free; every child must die of SIGABRT. */
+static void *volatile victim;
+static volatile sig_atomic_t handled;
+static void free_victim(int sig) {
+  (void)sig;
+  free(victim);
+  handled = 1;
+}
+static int signal_double_free(int trials) {
+  for (int t = 0; t < trials; t++) {
+    pid_t pid = fork();
+    if (pid < 0)
+      return 2;
+    if (!pid) {
+      signal(SIGALRM, free_victim);
+      srand((unsigned)t * 2654435761u);
+      for (int i = 0; i < 1000; i++) /* the cache and the class are warm */
+        free(opaque(malloc(64)));
+      victim = opaque(malloc(64));
+      struct itimerval it = {{0, 0}, {0, 1 + rand() % 40}};
+      setitimer(ITIMER_REAL, &it, NULL);
+      for (volatile int spin = rand() % 20000; spin > 0; spin--)
+        ;
+      free(victim);
+      for (long spin = 0; !handled && spin < 2000000000L; spin++)
+        ;
+      _exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT) {
+      fprintf(stderr, "attack: trial %d: both frees accepted\n", t);
+      return 1;
+    }
+  }
+  fprintf(stderr, "attack: %d trials, every one aborted\n", trials);
   return 0;
 }
 
@@ -116,12 +188,12 @@ static int racing_double_free(int trials) {
   return 0;
 }
 
-/* The lowest 16-byte chunk, then a write of 200 bytes below it: where the
+/* The lowest 16-byte chunk (8 bytes and the canary), then a write of 200 bytes below it: where the
  * first metadata mapping used to sit. */
 static int underflow_low(void) {
   unsigned char *low = NULL;
   for (int i = 0; i < 64; i++) {
-    unsigned char *p = opaque(malloc(16));
+    unsigned char *p = opaque(malloc(8));
     if (!low || p < low)
       low = p;
   }
@@ -155,10 +227,10 @@ static int interior_free(void) {
   return 0;
 }
 
-/* A header copied from a live chunk into the middle of another one, and
- * that address freed: the key and address in the checksum stop it. */
+/* The bytes before a live chunk copied into the middle of another one, and
+ * that address freed: an interior pointer, whatever lies before it. */
 static int forged_header(void) {
-  unsigned char *a = opaque(malloc(256)), *b = opaque(malloc(64));
+  unsigned char *a = opaque(malloc(240)), *b = not_first(64);
   memcpy(a + 64, b - 16, 16);
   free(a + 80);
   return 0;
@@ -205,11 +277,11 @@ static int plain_double_free(void) {
 /* Written after free, then handed out again: hardening=max zeroes freed
  * chunks and checks them at the next malloc. */
 static int write_after_free(void) {
-  unsigned char *p = opaque(malloc(64));
+  unsigned char *p = opaque(malloc(56));
   free(p);
   p[5] = 1;
   for (int i = 0; i < 100000; i++)
-    if (opaque(malloc(64)) == p)
+    if (opaque(malloc(56)) == p)
       return 0;
   return 4;
 }
@@ -221,11 +293,11 @@ static int realloc_freed(void) {
   return 0;
 }
 
-/* Two neighbouring chunks; the second freed, then its header overwritten
- * from the first without touching the first one's canary (a write that
- * skips ahead, or through a stale pointer): the first one's free checks
- * its neighbours in hardening=max. */
-static int neighbour_header(void) {
+/* Two live neighbouring chunks; the second one's canary overwritten from
+ * the first without touching the first one's (a write that skips ahead, or
+ * through a stale pointer): the first one's free checks its neighbours'
+ * canaries in hardening=max. */
+static int neighbour_canary(void) {
   unsigned char *c[32];
   size_t n = 2000;
   for (int i = 0; i < 32; i++)
@@ -238,8 +310,7 @@ static int neighbour_header(void) {
   for (int i = 0; i < 32; i++)
     for (int j = 0; j < 32; j++)
       if (c[j] == c[i] + step) {
-        free(c[j]);
-        memset(c[i] + step - 8, 0x41, 4); /* b's header word, not a's canary */
+        memset(c[i] + step + n, 0x41, 4); /* b's canary, not a's */
         free(c[i]);
         return 0;
       }
@@ -271,17 +342,21 @@ static int chained_handler(void) {
 int main(int argc, char **argv) {
   const char *m = argc > 1 ? argv[1] : "";
   if (!strcmp(m, "header-flip"))
-    return header_flip();
+    return before_flip(-6);
   if (!strcmp(m, "guard-flip"))
-    return guard_flip();
+    return before_flip(-14);
   if (!strcmp(m, "header-overwrite"))
-    return header_overwrite();
-  if (!strcmp(m, "guard-overwrite"))
-    return guard_overwrite();
+    return before_overwrite();
   if (!strcmp(m, "header-replay"))
     return header_replay();
+  if (!strcmp(m, "header-transplant"))
+    return header_transplant();
   if (!strcmp(m, "header-cross-class"))
     return header_cross_class();
+  if (!strcmp(m, "canary-leak"))
+    return canary_leak();
+  if (!strcmp(m, "signal-double-free"))
+    return signal_double_free(argc > 2 ? atoi(argv[2]) : 200);
   if (!strcmp(m, "overflow-1"))
     return overflow(20, 1, 'A');
   if (!strcmp(m, "overflow-8"))
@@ -316,8 +391,8 @@ int main(int argc, char **argv) {
     return plain_double_free();
   if (!strcmp(m, "write-after-free"))
     return write_after_free();
-  if (!strcmp(m, "neighbour-header"))
-    return neighbour_header();
+  if (!strcmp(m, "neighbour-canary"))
+    return neighbour_canary();
   if (!strcmp(m, "chained-handler"))
     return chained_handler();
   if (!strcmp(m, "realloc-freed"))

@@ -1,0 +1,546 @@
+/* smallstate.c: the small chunk's state machine (NONE -> ALLOC <-> FREE, in
+ * the tables of smallstate.h) past the fast paths, and every report about a
+ * small chunk. Who may change an entry: its owner, with plain stores; a
+ * thread that frees a chunk another thread owns sends it to that owner (a
+ * batch pushed on the owner's inbox, applied on the owner's next refill),
+ * and only the owner makes the transition, so of two frees of one chunk,
+ * on any threads, exactly one succeeds. An id whose thread is gone has its
+ * inbox closed: senders then apply their frees themselves, under the id's
+ * lock, until a new thread adopts the id.
+ */
+#include "smallstate.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "cache.h"
+#include "lock.h"
+#include "meta.h"
+#include "options.h"
+#include "report.h"
+#include "zero.h"
+
+__thread uint64_t qm__me __attribute__((tls_model("initial-exec"))) = QM_E_NOBODY;
+__thread uintptr_t qm__freeing __attribute__((tls_model("initial-exec")));
+
+QM_INLINE uintptr_t region_mask(void) { return ((uintptr_t)1 << qm__rshift) - 1; }
+QM_INLINE size_t committed(unsigned c) {
+  return atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
+}
+/* This thread's id, 0 when it has none. */
+QM_INLINE unsigned my_id(void) {
+  return qm__me == QM_E_NOBODY ? 0 : (unsigned)(qm__me >> QM_E_OWNER_SHIFT) & 0xffff;
+}
+
+/* The chunk holding small pointer a (off = a - qm__pbase < qm__pspan). */
+QM_INLINE uintptr_t chunk_of(uintptr_t a, uintptr_t off, unsigned *cls, uintptr_t *roff,
+                             uintptr_t *index) {
+  unsigned c = (unsigned)(off >> qm__rshift);
+  uintptr_t r = off & region_mask();
+  *cls = c;
+  *roff = r;
+  *index = c == QM_ZCLASS ? 0 : qm_chunk_index(r, c);
+  return a - r + *index * qm__class[c].size;
+}
+
+/* ---- reports ---- */
+
+static _Noreturn QM_COLD void small_error(const char *op, void *p, uintptr_t ch, unsigned c,
+                                          uintptr_t roff, uintptr_t index) {
+  uintptr_t a = (uintptr_t)p;
+  qm_buf_t d;
+  d.n = 0;
+  if (c == QM_ZCLASS)
+    qm__zero_error(op, p);
+  if (roff >= committed(c))
+    qm__report_fatal(op, p, "not allocated by qmalloc: unused part of the small-chunk heap");
+  const qm_class_info_t *ci = &qm__class[c];
+  if (qm_slot_dead(ch - qm_region(c), ci->size))
+    qm__report_fatal(op, p,
+                     "not allocated by qmalloc: space by a guard page of the small-chunk heap");
+  uint64_t w = qm_entry_load(qm_entry_at(c, index));
+  uintptr_t user = ch + qm_e_offset(w);
+  if (a != user) {
+    qm_buf_offset(&d, a, user);
+    qm_buf_str(&d, " in small chunk of class ");
+    qm_buf_dec(&d, ci->size);
+    qm_buf_str(&d, " bytes at ");
+    qm_buf_hex(&d, user);
+  } else if (qm_e_state(w) == QM_CHUNK_FREE || qm_e_state(w) == QM_CHUNK_SENT) {
+    qm_buf_str(&d, "small chunk, ");
+    qm_buf_dec(&d, qm_e_size(w));
+    qm_buf_str(&d, " bytes");
+    if (!strcmp(op, "invalid free of"))
+      qm__report_fatal_buf("double free of", p, &d);
+    qm_buf_str(&d, ", already freed");
+  } else if (qm_e_state(w) == QM_CHUNK_ALLOC) {
+    size_t n = qm_e_size(w);
+    uint64_t bad = qm_load8(a + n) ^ qm_canary(ch, qm_e_gen(w), c);
+    qm_buf_dec(&d, n);
+    qm_buf_str(&d, " bytes, written past the end at offset ");
+    qm_buf_dec(&d, n + (bad ? (size_t)__builtin_ctzll(bad) / 8 : 0));
+    qm__report_fatal_buf("heap overflow past small chunk", p, &d);
+  } else {
+    qm_buf_str(&d, "small chunk of class ");
+    qm_buf_dec(&d, ci->size);
+    qm_buf_str(&d, " bytes, not allocated");
+  }
+  qm__report_fatal_buf(op, p, &d);
+}
+
+/* A second free of p found when the owner applied a free sent to it (or by
+ * the sender of a free to an id with no thread): the chunk was freed, and
+ * maybe handed out again, since the sender read its entry. */
+static _Noreturn QM_COLD void late_double_free(uintptr_t p, uint64_t w) {
+  qm_buf_t d;
+  d.n = 0;
+  qm_buf_str(&d, "small chunk, ");
+  qm_buf_dec(&d, qm_e_size(w));
+  qm_buf_str(&d, " bytes, freed twice on two threads");
+  qm__report_fatal_buf("double free of", (void *)p, &d);
+}
+
+_Noreturn void qm__small_bad_pop(uintptr_t ch, unsigned c) {
+  qm__report_bad_entry(qm__class[c].size, ch, "outside its class region");
+}
+
+/* A chunk zeroed at free with a byte set at or after offset at. */
+static _Noreturn QM_COLD void zero_error(uintptr_t ch, unsigned c, size_t at) {
+  const unsigned char *q = (const unsigned char *)ch;
+  while (!q[at])
+    at++;
+  qm_buf_t d;
+  d.n = 0;
+  qm_buf_str(&d, "class ");
+  qm_buf_dec(&d, qm__class[c].size);
+  qm_buf_str(&d, " bytes, byte at offset ");
+  qm_buf_dec(&d, at);
+  qm_buf_str(&d, " is ");
+  qm_buf_hex(&d, q[at]);
+  qm_buf_str(&d, ", written while the chunk was free");
+  qm__report_fatal_buf("write after free of small chunk", (void *)ch, &d);
+}
+
+/* Checked mode: a chunk zeroed at free must still be zero. 64 bytes per
+ * step, ORed in 16-byte vectors: a word at a time cost 4 instructions per 8
+ * bytes, the largest cost of hardening=max in small churn. */
+static void check_zero(uintptr_t ch, unsigned c) {
+  typedef uint64_t v2 __attribute__((vector_size(16), may_alias));
+  const v2 *v = (const v2 *)ch;
+  size_t nv = qm__class[c].size / 16, i = 0;
+  for (; i + 4 <= nv; i += 4) {
+    v2 x = v[i] | v[i + 1] | v[i + 2] | v[i + 3];
+    if (QM_UNLIKELY(x[0] | x[1]))
+      break;
+  }
+  for (; i < nv; i++) {
+    v2 x = v[i];
+    if (x[0] | x[1])
+      break;
+  }
+  if (QM_UNLIKELY(i < nv))
+    zero_error(ch, c, i * 16);
+}
+
+/* Checked mode, at free: the live neighbours this thread owns must have
+ * intact canaries, so an overflow out of one chunk that skips its own
+ * canary (a stale or computed pointer) is caught at its neighbour's free
+ * too. Only this thread's: another thread may be writing its chunk's entry
+ * and canary right now. */
+static QM_COLD void check_neighbours(uintptr_t ch, unsigned c) {
+  const qm_class_info_t *ci = &qm__class[c];
+  uintptr_t base = qm_region(c), top = base + committed(c);
+  uintptr_t side[2] = {ch - ci->size, ch + ci->size};
+  unsigned me = my_id();
+  for (int i = 0; i < 2; i++) {
+    uintptr_t n = side[i];
+    if (!me || n < base || n + ci->size > top || qm_slot_dead(n - base, ci->size))
+      continue;
+    uint64_t w = qm_entry_load(qm_entry_at(c, (n - base) / ci->size));
+    if (qm_e_state(w) != QM_CHUNK_ALLOC || qm_e_owner(w) != me)
+      continue;
+    uintptr_t user = n + qm_e_offset(w), end = user + qm_e_size(w);
+    uint64_t bad = qm_load8(end) ^ qm_canary(n, qm_e_gen(w), c);
+    if (!bad)
+      continue;
+    qm_buf_t d;
+    d.n = 0;
+    qm_buf_dec(&d, qm_e_size(w));
+    qm_buf_str(&d, " bytes, written past the end at offset ");
+    qm_buf_dec(&d, qm_e_size(w) + (size_t)__builtin_ctzll(bad) / 8);
+    qm_buf_str(&d, ", found at the free of its ");
+    qm_buf_str(&d, i ? "previous" : "next");
+    qm_buf_str(&d, " neighbour ");
+    qm_buf_hex(&d, ch);
+    qm__report_fatal_buf("heap overflow past small chunk", (void *)user, &d);
+  }
+}
+
+/* ---- validation and hand-out ---- */
+
+uintptr_t qm__small_check(const char *op, void *p, uintptr_t off, unsigned *cls, uint64_t **entry,
+                          uint64_t *word) {
+  uintptr_t a = (uintptr_t)p, roff, index;
+  uintptr_t ch = chunk_of(a, off, cls, &roff, &index);
+  unsigned c = *cls;
+  const qm_class_info_t *ci = &qm__class[c];
+  if (QM_UNLIKELY(c == QM_ZCLASS || roff >= committed(c) ||
+                  qm_slot_dead(ch - qm_region(c), ci->size)))
+    small_error(op, p, ch, c, roff, index);
+  uint64_t *e = qm_entry_at(c, index), w = qm_entry_load(e);
+  if (QM_UNLIKELY(qm_e_state(w) != QM_CHUNK_ALLOC || a != ch + qm_e_offset(w) ||
+                  qm_load8(a + qm_e_size(w)) != qm_canary(ch, qm_e_gen(w), c)))
+    small_error(op, p, ch, c, roff, index);
+  *entry = e;
+  *word = w;
+  return ch;
+}
+
+void *qm__small_hand_out(uintptr_t s, unsigned c, size_t n, size_t align) {
+  const qm_class_info_t *ci = &qm__class[c];
+  uintptr_t ch = qm_slot_chunk(s), roff = ch - qm_region(c);
+  if (QM_UNLIKELY(roff >= committed(c)))
+    qm__small_bad_pop(ch, c);
+  uint64_t *e = qm_entry_at(c, qm_chunk_index(roff, c)), w = qm_entry_load(e);
+  if (QM_UNLIKELY(qm_e_state(w) == QM_CHUNK_ALLOC || qm_e_state(w) == QM_CHUNK_SENT))
+    qm__report_bad_entry(ci->size, ch, "chunk in use");
+  if (qm__cache_checked && qm__opt.zero_on_free)
+    check_zero(ch, c);
+  uintptr_t user = qm_align_up(ch, align > QM_MIN_ALIGN ? align : QM_MIN_ALIGN);
+  uint64_t gen = qm_e_gen(w);
+  /* a thread with no cache owns nothing: any thread may free this chunk,
+   * by compare-and-swap */
+  qm_entry_store(e, qm_e_make(QM_CHUNK_ALLOC, my_id(), gen, user - ch, n));
+  qm_store8(user + n, qm_canary(ch, gen, c));
+  return (void *)user;
+}
+
+bool qm__small_resize(void *p, uintptr_t ch, unsigned c, uint64_t *e, uint64_t w, size_t n) {
+  unsigned owner = qm_e_owner(w);
+  uint64_t nw = (w & ~QM_E_SIZE) | n;
+  if (owner && owner == my_id())
+    qm_entry_store(e, nw);
+  else if (owner ||
+           !__atomic_compare_exchange_n(e, &w, nw, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    return false; /* another thread's, or a racing free: moved instead */
+  qm_store8((uintptr_t)p + n, qm_canary(ch, qm_e_gen(w), c));
+  return true;
+}
+
+/* ---- release ---- */
+
+void qm__small_release(uintptr_t slot, unsigned c) {
+  if (qm__cache_checked) {
+    uintptr_t ch = qm_slot_chunk(slot);
+    size_t size = qm__class[c].size;
+    /* the neighbours' canaries are cold lines: fetched while the chunk is
+     * zeroed rather than after */
+    __builtin_prefetch((void *)(ch - 8));
+    __builtin_prefetch((void *)(ch + 2 * size - 8));
+    if (qm__opt.zero_on_free)
+      memset((void *)ch, 0, size);
+    check_neighbours(ch, c);
+  } else {
+    qm_bin_t *b = &qm__bin[c];
+    if (QM_LIKELY(b->count < b->max)) {
+      b->count = qm_bin_insert(b->slot, b->count, slot);
+      return;
+    }
+  }
+  qm__cache_give_slow(slot, c);
+}
+
+/* ---- frees parked for their canary check ---- */
+
+__thread qm_pend_t qm__pend[QM_PEND_N] __attribute__((tls_model("initial-exec")));
+__thread unsigned qm__pend_i __attribute__((tls_model("initial-exec")));
+
+void qm__small_pend_error(const qm_pend_t *q) {
+  uintptr_t p = qm_slot_chunk(q->slot);
+  size_t n = q->at - p;
+  uint64_t bad = qm_load8(q->at) ^ q->expect;
+  qm_buf_t d;
+  d.n = 0;
+  qm_buf_dec(&d, n);
+  qm_buf_str(&d, " bytes, written past the end at offset ");
+  qm_buf_dec(&d, n + (size_t)__builtin_ctzll(bad) / 8);
+  qm__report_fatal_buf("heap overflow past small chunk", (void *)p, &d);
+}
+
+void qm__small_pend_flush(void) {
+  for (unsigned i = 0; i < QM_PEND_N; i++) {
+    qm_pend_t q = qm__pend[i];
+    if (!q.slot)
+      continue;
+    qm__pend[i].slot = 0;
+    if (qm_load8(q.at) != q.expect)
+      qm__small_pend_error(&q);
+    qm__small_release(q.slot, (unsigned)q.c);
+  }
+}
+
+/* the main thread's parked frees, when the program ends */
+__attribute__((destructor)) static void pend_at_exit(void) { qm__small_pend_flush(); }
+
+/* ---- frees sent to the owner ----
+ * The sender checked the chunk (state, pointer, canary) and made its entry
+ * SENT; the owner, applying the batch, checks the entry is still the SENT
+ * of the generation the sender saw and makes it FREE. */
+
+#define MSG_CAP 62
+typedef struct msgb {
+  struct msgb *next;
+  uint32_t count, owner;
+  uintptr_t m[MSG_CAP]; /* user pointer | generation << 48 */
+} msgb_t;
+
+/* An id's inbox (a stack of batches; CLOSED while no thread has the id)
+ * and the lock under which senders apply frees to a closed one. */
+#define CLOSED ((msgb_t *)1)
+typedef struct owner_slot {
+  _Atomic(msgb_t *) inbox;
+  qm_lock_t lock;
+} __attribute__((aligned(64))) owner_slot_t;
+static owner_slot_t owners[QM_MAX_OWNERS];
+
+static qm_lock_t msg_lock = QM_LOCK_INIT;
+static msgb_t *msg_spare;
+
+static __thread msgb_t *outbox __attribute__((tls_model("initial-exec")));
+/* frees re-entered from signal handlers, applied at the next refill */
+#define NESTED_CAP 16
+static __thread uintptr_t nested[NESTED_CAP] __attribute__((tls_model("initial-exec")));
+static __thread unsigned nnested __attribute__((tls_model("initial-exec")));
+static _Atomic size_t nested_lost;
+
+static msgb_t *msg_new(void) {
+  qm_lock(&msg_lock);
+  msgb_t *b = msg_spare;
+  if (b)
+    msg_spare = b->next;
+  qm_unlock(&msg_lock);
+  if (!b)
+    b = qm__meta_alloc(sizeof *b);
+  return b;
+}
+static void msg_drop(msgb_t *b) {
+  qm_lock(&msg_lock);
+  b->next = msg_spare;
+  msg_spare = b;
+  qm_unlock(&msg_lock);
+}
+
+/* Message m, for a chunk of owner `owner`: the entry must still be the
+ * ALLOC of the generation the sender saw. Returns the chunk's bin slot, or
+ * reports. Called by the owner, or under the owner's lock while no thread
+ * has the id. */
+static uintptr_t settle(uintptr_t m, unsigned owner, unsigned *cls) {
+  uintptr_t p = qm_slot_chunk(m), off = p - qm__pbase, roff, index;
+  uintptr_t ch = chunk_of(p, off, cls, &roff, &index);
+  uint64_t *e = qm_entry_at(*cls, index), w = qm_entry_load(e);
+  if (qm_e_state(w) != QM_CHUNK_SENT || qm_e_owner(w) != owner || qm_e_gen(w) != qm_slot_gen(m) ||
+      p != ch + qm_e_offset(w))
+    late_double_free(p, w);
+  uint64_t fw = qm_e_freed(w);
+  qm_entry_store(e, fw);
+  return qm_slot_make(ch, qm_e_gen(fw));
+}
+
+/* Frees of a closed id's chunks, by their sender: into the central lists
+ * (the id has no cache). false if the id was adopted meanwhile. */
+static bool apply_closed(unsigned owner, msgb_t *b) {
+  owner_slot_t *o = &owners[owner];
+  qm_lock(&o->lock);
+  if (atomic_load_explicit(&o->inbox, memory_order_relaxed) != CLOSED) {
+    qm_unlock(&o->lock);
+    return false;
+  }
+  for (uint32_t i = 0; i < b->count; i++) {
+    unsigned c;
+    uintptr_t s = settle(b->m[i], owner, &c);
+    if (qm__cache_checked && qm__opt.zero_on_free)
+      memset((void *)qm_slot_chunk(s), 0, qm__class[c].size);
+    qm__central_give(c, qm__cache_group(), &s, 1);
+  }
+  qm_unlock(&o->lock);
+  b->count = 0;
+  return true;
+}
+
+static void send(msgb_t *b) {
+  owner_slot_t *o = &owners[b->owner];
+  msgb_t *head = atomic_load_explicit(&o->inbox, memory_order_relaxed);
+  for (;;) {
+    if (head == CLOSED) {
+      if (apply_closed(b->owner, b)) {
+        msg_drop(b);
+        return;
+      }
+      head = atomic_load_explicit(&o->inbox, memory_order_relaxed);
+      continue;
+    }
+    b->next = head;
+    /* release: the owner's settle reads the entries after our reads */
+    if (atomic_compare_exchange_weak_explicit(&o->inbox, &head, b, memory_order_release,
+                                              memory_order_relaxed))
+      return;
+  }
+}
+
+void qm__state_flush_outbox(void) {
+  msgb_t *b = outbox;
+  if (b && b->count) {
+    outbox = NULL;
+    send(b);
+  }
+}
+
+/* A free of p (validated, entry w) that another thread owns: batched per
+ * owner. A thread with no cache has no refill to flush its outbox at:
+ * it sends at once. */
+static void send_free(uintptr_t p, uint64_t w) {
+  unsigned owner = qm_e_owner(w);
+  msgb_t *b = outbox;
+  if (b && (b->owner != owner || b->count == MSG_CAP)) {
+    outbox = NULL;
+    send(b);
+    b = NULL;
+  }
+  if (!b) {
+    if (!(b = msg_new())) {
+      qm__report_fatal("free of", (void *)p, "no memory for a free sent to the owning thread");
+    }
+    b->count = 0;
+    b->owner = owner;
+    outbox = b;
+  }
+  b->m[b->count++] = qm_slot_make(p, qm_e_gen(w));
+  if (!my_id()) {
+    outbox = NULL;
+    send(b);
+  }
+}
+
+void qm__state_drain(void) {
+  qm__small_pend_flush();
+  unsigned me = my_id();
+  if (me && atomic_load_explicit(&owners[me].inbox, memory_order_relaxed)) {
+    msgb_t *b = atomic_exchange_explicit(&owners[me].inbox, NULL, memory_order_acquire);
+    while (b && b != CLOSED) {
+      msgb_t *next = b->next;
+      for (uint32_t i = 0; i < b->count; i++) {
+        unsigned c;
+        uintptr_t s = settle(b->m[i], me, &c);
+        qm__small_release(s, c);
+      }
+      msg_drop(b);
+      b = next;
+    }
+  }
+  while (nnested) {
+    uintptr_t p = nested[--nnested];
+    qm_freeing_set(p);
+    qm__small_free_slow((void *)p, p - qm__pbase);
+  }
+}
+
+void qm__state_adopt(unsigned id) {
+  owner_slot_t *o = &owners[id];
+  qm_lock(&o->lock);
+  /* frees sent while nobody had the id were applied by their senders */
+  atomic_store_explicit(&o->inbox, NULL, memory_order_relaxed);
+  qm_unlock(&o->lock);
+  qm__me = (uint64_t)QM_CHUNK_ALLOC << QM_E_STATE_SHIFT | (uint64_t)id << QM_E_OWNER_SHIFT;
+}
+
+/* Closes id's inbox and applies what was in it, as a sender would. */
+static void close_inbox(unsigned id) {
+  owner_slot_t *o = &owners[id];
+  msgb_t *b = atomic_exchange_explicit(&o->inbox, CLOSED, memory_order_acquire);
+  while (b && b != CLOSED) {
+    msgb_t *next = b->next;
+    apply_closed(id, b);
+    msg_drop(b);
+    b = next;
+  }
+}
+
+void qm__state_retire(unsigned id) {
+  qm__me = QM_E_NOBODY; /* later frees here go through the closed path */
+  close_inbox(id);
+}
+
+void qm__state_orphan(unsigned id) {
+  qm_lock_reinit(&owners[id].lock);
+  close_inbox(id);
+}
+
+void qm__state_fork_prepare(void) { qm_lock(&msg_lock); }
+void qm__state_fork_parent(void) { qm_unlock(&msg_lock); }
+void qm__state_fork_child(void) {
+  qm_lock_reinit(&msg_lock);
+  unsigned me = my_id();
+  if (me)
+    qm_lock_reinit(&owners[me].lock);
+}
+
+/* ---- free past the fast path ---- */
+
+void qm__small_free_nested(void *p) {
+  uintptr_t a = (uintptr_t)p, off = a - qm__pbase;
+  if (a == qm__freeing) {
+    qm_buf_t d;
+    d.n = 0;
+    qm_buf_str(&d, "small chunk, freed again from a signal handler during its free");
+    qm__report_fatal_buf("double free of", p, &d);
+  }
+  if ((off >> qm__rshift) == QM_ZCLASS) {
+    qm__zero_free(p, "invalid free of"); /* under its own lock, no cache */
+    return;
+  }
+  unsigned c;
+  uint64_t *e, w;
+  qm__small_check("invalid free of", p, off, &c, &e, &w);
+  if (nnested < NESTED_CAP)
+    nested[nnested++] = a;
+  else
+    atomic_fetch_add_explicit(&nested_lost, 1, memory_order_relaxed);
+}
+
+void qm__small_free_slow(void *p, uintptr_t off) {
+  if ((off >> qm__rshift) == QM_ZCLASS) {
+    qm__zero_free(p, "invalid free of");
+    qm_freeing_clear();
+    return;
+  }
+  unsigned c;
+  uint64_t *e, w;
+  uintptr_t ch = qm__small_check("invalid free of", p, off, &c, &e, &w);
+  unsigned owner = qm_e_owner(w), me = my_id();
+  if (owner && owner == me) {
+    uint64_t fw = qm_e_freed(w);
+    qm_entry_store(e, fw);
+    qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
+  } else if (!owner) {
+    uint64_t fw;
+    while (!__atomic_compare_exchange_n(e, &w, fw = qm_e_freed(w), false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+      ch = qm__small_check("invalid free of", p, off, &c, &e, &w); /* another free won: reports */
+    qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
+  } else {
+    /* the owner may be changing the entry with plain stores: if it freed
+     * the chunk meanwhile, this swap fails and reports, or its store
+     * overwrites SENT and the owner reports when the chunk reaches it */
+    while (!__atomic_compare_exchange_n(e, &w, qm_e_sent(w), false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+      qm__small_check("invalid free of", p, off, &c, &e, &w);
+    if (qm_e_owner(w) == me && me) { /* it became this thread's meanwhile */
+      uint64_t fw = qm_e_freed(w);
+      qm_entry_store(e, fw);
+      qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
+    } else {
+      send_free((uintptr_t)p, w);
+    }
+  }
+  qm_freeing_clear();
+}

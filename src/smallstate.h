@@ -1,0 +1,178 @@
+/* smallstate.h: the state of every small chunk, out of band. Each class
+ * region has a table with one 64-bit entry per chunk slot (entry i is the
+ * chunk at region + i * size), in a reservation of its own between guard
+ * pages, committed as the region is carved: state, requested size, alignment
+ * offset, owning thread and a generation. Nothing inside a chunk is
+ * allocator state, so nothing a program writes into its heap is trusted.
+ * Invariants: only the owning thread writes an entry of a chunk it owns,
+ * with plain stores, but for one compare-and-swap ALLOC -> SENT by a thread
+ * that frees it and sends it to the owner (see smallstate.c);
+ * owner 0 (a thread with no cache) means any thread may change the entry,
+ * by compare-and-swap; an ALLOC entry's size + offset + 8 <= class size.
+ */
+#ifndef QM_SMALLSTATE_H
+#define QM_SMALLSTATE_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "primary.h"
+#include "qm.h"
+
+/* An entry: size:18 offset/16:12 state:2 owner:16 generation:16 (low to
+ * high). The generation moves on at every free: a free sent to the owner
+ * names the generation it saw, so a chunk freed and handed out again in
+ * between is not freed a second time, and the canary changes with it. */
+#define QM_E_SIZE ((uint64_t)0x3ffff)
+#define QM_E_OFF_SHIFT 18
+#define QM_E_OFF ((uint64_t)0xfff << QM_E_OFF_SHIFT)
+#define QM_E_STATE_SHIFT 30
+#define QM_E_STATE ((uint64_t)3 << QM_E_STATE_SHIFT)
+#define QM_E_OWNER_SHIFT 32
+#define QM_E_OWNER ((uint64_t)0xffff << QM_E_OWNER_SHIFT)
+#define QM_E_GEN_SHIFT 48
+#define QM_E_GEN ((uint64_t)0xffff << QM_E_GEN_SHIFT)
+
+/* SENT: freed by a thread that is not the owner, which made the change by
+ * compare-and-swap and sent the chunk to the owner; the owner makes it
+ * FREE. Of two such frees the second finds SENT and reports at once. */
+enum { QM_CHUNK_NONE = 0, QM_CHUNK_ALLOC = 1, QM_CHUNK_FREE = 2, QM_CHUNK_SENT = 3 };
+/* the identity of a thread that owns nothing: an owner no entry has */
+#define QM_E_NOBODY ((uint64_t)QM_CHUNK_ALLOC << QM_E_STATE_SHIFT | QM_E_OWNER)
+/* Thread ids (1..QM_MAX_OWNERS-1) that can own chunks; 0 is "nobody". */
+#define QM_MAX_OWNERS 4096u /* below QM_E_OWNER's all-ones: nobody's */
+
+QM_INLINE unsigned qm_e_state(uint64_t w) { return (unsigned)(w >> QM_E_STATE_SHIFT) & 3; }
+QM_INLINE size_t qm_e_size(uint64_t w) { return (size_t)(w & QM_E_SIZE); }
+QM_INLINE size_t qm_e_offset(uint64_t w) { return (size_t)((w & QM_E_OFF) >> QM_E_OFF_SHIFT) << 4; }
+QM_INLINE unsigned qm_e_owner(uint64_t w) { return (unsigned)(w >> QM_E_OWNER_SHIFT) & 0xffff; }
+QM_INLINE uint64_t qm_e_gen(uint64_t w) { return w >> QM_E_GEN_SHIFT; }
+QM_INLINE uint64_t qm_e_make(unsigned state, unsigned owner, uint64_t gen, size_t off, size_t n) {
+  return (uint64_t)n | (uint64_t)(off >> 4) << QM_E_OFF_SHIFT |
+         (uint64_t)state << QM_E_STATE_SHIFT | (uint64_t)owner << QM_E_OWNER_SHIFT |
+         (gen & 0xffff) << QM_E_GEN_SHIFT;
+}
+/* The FREE entry that follows ALLOC (or SENT) entry w: the next generation;
+ * owner, size and offset kept for the report of a second free. */
+QM_INLINE uint64_t qm_e_freed(uint64_t w) {
+  return ((w & ~QM_E_STATE) | (uint64_t)QM_CHUNK_FREE << QM_E_STATE_SHIFT) +
+         ((uint64_t)1 << QM_E_GEN_SHIFT);
+}
+QM_INLINE uint64_t qm_e_sent(uint64_t w) {
+  return (w & ~QM_E_STATE) | (uint64_t)QM_CHUNK_SENT << QM_E_STATE_SHIFT;
+}
+
+QM_INLINE uint64_t *qm_entry_at(unsigned c, uintptr_t index) { return qm__class[c].table + index; }
+QM_INLINE uint64_t qm_entry_load(const uint64_t *e) { return __atomic_load_n(e, __ATOMIC_RELAXED); }
+QM_INLINE void qm_entry_store(uint64_t *e, uint64_t w) { __atomic_store_n(e, w, __ATOMIC_RELAXED); }
+
+/* Thread-cache bins and the central lists carry chunk | generation << 48:
+ * malloc then writes the entry without reading it first. */
+#define QM_SLOT_ADDR (((uintptr_t)1 << 48) - 1)
+QM_INLINE uintptr_t qm_slot_chunk(uintptr_t s) { return s & QM_SLOT_ADDR; }
+QM_INLINE uint64_t qm_slot_gen(uintptr_t s) { return (uint64_t)s >> 48; }
+QM_INLINE uintptr_t qm_slot_make(uintptr_t ch, uint64_t gen) {
+  return ch | (uintptr_t)(gen & 0xffff) << 48;
+}
+
+/* The 8 canary bytes after a chunk's requested ones: keyed per chunk (the
+ * region's keys, the chunk address and its generation, through one 128-bit
+ * multiply), so one leaked canary tells nothing of another chunk's or of
+ * this chunk's next. Byte 1 is zero, so a string read past the end stops
+ * there, having leaked at most byte 0; every other byte has its top bit set,
+ * so an overflow by ASCII bytes (an off-by-one NUL included) always changes
+ * it. */
+QM_INLINE uint64_t qm_canary(uintptr_t ch, uint64_t gen, unsigned c) {
+  const qm_class_info_t *ci = &qm__class[c];
+  unsigned __int128 m = (unsigned __int128)(ch ^ (gen << 48) ^ ci->key) * ci->ckey;
+  uint64_t h = (uint64_t)(m >> 64) ^ (uint64_t)m;
+  return (h | 0x8080808080808080ull) & ~(uint64_t)0xff00;
+}
+QM_INLINE uint64_t qm_load8(uintptr_t a) {
+  uint64_t v;
+  memcpy(&v, (const void *)a, 8);
+  return v;
+}
+QM_INLINE void qm_store8(uintptr_t a, uint64_t v) { memcpy((void *)a, &v, 8); }
+
+/* The calling thread's identity as an entry's owner and state bits
+ * (ALLOC | id << 32), or QM_E_NOBODY while it has no cache: the free fast
+ * path takes an entry whose state, offset and owner equal it with one
+ * compare. */
+extern __thread uint64_t qm__me __attribute__((tls_model("initial-exec")));
+/* The pointer this thread is freeing right now (0 when none): a free that
+ * finds it set was re-entered from a signal handler. */
+extern __thread uintptr_t qm__freeing __attribute__((tls_model("initial-exec")));
+QM_INLINE void qm_freeing_set(uintptr_t p) {
+  qm__freeing = p;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+QM_INLINE void qm_freeing_clear(void) {
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  qm__freeing = 0;
+}
+
+/* Frees waiting for their canary check: the free fast path makes the
+ * entry FREE, starts fetching the canary's line and parks the chunk here;
+ * the free QM_PEND_N frees later checks it and only then puts it in the
+ * bin, so free never waits on the chunk's memory, and a chunk is never
+ * handed out again unchecked. Emptied on every refill, cache flush, thread
+ * exit, fork and process exit. Not used in checked mode, where a free
+ * checks at once. */
+#define QM_PEND_N 16u
+typedef struct qm_pend {
+  uintptr_t slot;  /* chunk | generation << 48 (0: empty) */
+  uintptr_t at;    /* where its canary is */
+  uint64_t expect; /* the canary */
+  size_t c;
+} qm_pend_t;
+extern __thread qm_pend_t qm__pend[QM_PEND_N] __attribute__((tls_model("initial-exec")));
+extern __thread unsigned qm__pend_i __attribute__((tls_model("initial-exec")));
+/* A parked chunk whose canary changed: reports. */
+_Noreturn void qm__small_pend_error(const qm_pend_t *q) QM_COLD;
+/* Checks every parked chunk of this thread and puts it in the bin. */
+void qm__small_pend_flush(void);
+
+/* Free of small pointer p (off = p - qm__pbase < qm__pspan) past the fast
+ * path: over-aligned chunks, frees of chunks another thread owns, checked
+ * mode, and every error. Called with qm__freeing set to p; clears it. */
+void qm__small_free_slow(void *p, uintptr_t off);
+/* A free re-entered from a signal handler while this thread frees
+ * qm__freeing: checked now, applied at the thread's next refill. */
+void qm__small_free_nested(void *p);
+/* Puts a chunk just marked FREE (slot: chunk | generation << 48) into the
+ * calling thread's cache; in checked mode it is zeroed and its neighbours
+ * checked first. */
+void qm__small_release(uintptr_t slot, unsigned c);
+/* Validates small pointer p for op (realloc, usable size, sized free):
+ * a live chunk, p its user pointer, its canary intact. Returns the chunk
+ * and its entry, or reports. */
+uintptr_t qm__small_check(const char *op, void *p, uintptr_t off, unsigned *cls, uint64_t **entry,
+                          uint64_t *word);
+/* Hands out the chunk of bin slot s of class c on malloc's slow path:
+ * checks its entry is not ALLOC (and, in checked mode, that it is still
+ * zero), writes entry and canary. */
+void *qm__small_hand_out(uintptr_t s, unsigned c, size_t n, size_t align);
+/* A bin slot whose chunk is not in its class region. */
+_Noreturn void qm__small_bad_pop(uintptr_t ch, unsigned c) QM_COLD;
+/* In-place realloc of p to n bytes, when this thread may change its entry
+ * (it owns it, or nobody does); false otherwise. */
+bool qm__small_resize(void *p, uintptr_t ch, unsigned c, uint64_t *e, uint64_t w, size_t n);
+
+/* Thread identity, for cache.c: a thread takes id (1..QM_MAX_OWNERS-1)
+ * with its cache, applying what was sent to the id while nobody had it;
+ * drains what other threads sent it (and its deferred re-entered frees) on
+ * its refills; gives the id up at exit (what is sent later is applied by
+ * the senders, under the id's lock). */
+void qm__state_adopt(unsigned id);
+void qm__state_drain(void);
+void qm__state_flush_outbox(void);
+void qm__state_retire(unsigned id);
+/* In a fork child: the ids of the parent's other threads have no thread;
+ * what was sent to them is applied now. */
+void qm__state_orphan(unsigned id);
+void qm__state_fork_prepare(void);
+void qm__state_fork_parent(void);
+void qm__state_fork_child(void);
+
+#endif
