@@ -1,7 +1,13 @@
 /* zero.c: slots of the zero-size region, 16 bytes apart, handed out by a
  * bump index and recycled through a FIFO of freed slots (so a freed pointer
- * is not the next one handed out). Which slots are live is a bitmap kept out
- * of band in meta memory, one 32 KiB leaf per 2^18 slots, made on first use.
+ * is not the next one handed out). Which slots are live, and which wait in
+ * the FIFO, are two bitmaps kept out of band in meta memory, one 64 KiB
+ * leaf per 2^18 slots (live bits, then waiting bits), made on first use.
+ * A slot freed when the FIFO is full pushes its oldest out: that one is
+ * loose (neither live nor waiting), and once the bump has reached the end
+ * of the region a sweep hands loose slots out again, so every slot of the
+ * region can be live at once. Invariant: loose == the slots below next with
+ * neither bit set, per leaf in nloose[].
  * Everything is under one lock: malloc(0) is rare and never on a fast path.
  */
 #include "zero.h"
@@ -14,37 +20,87 @@
 #include "report.h"
 
 #define LEAF_BITS ((size_t)1 << 18)
+#define LEAF_WORDS (LEAF_BITS / 64)
 #define MAX_LEAVES 2048 /* 2^29 slots: an 8 GiB region */
 #define RING 4096       /* freed slots waiting to be reused */
-#define RING_KEEP 1024  /* and at least this many wait */
+#define RING_KEEP 1024  /* and at least this many wait while others can be had */
 
 static qm_lock_t lock = QM_LOCK_INIT;
-static uint64_t *leaf[MAX_LEAVES];
-static size_t next; /* slots ever handed out by the bump */
+static uint64_t *leaf[MAX_LEAVES]; /* LEAF_WORDS live words, then as many waiting */
+static uint32_t nloose[MAX_LEAVES];
+static size_t loose;
+static size_t sweep; /* the slot the sweep for loose ones goes on from */
+static size_t next;  /* slots ever handed out by the bump */
 static uint32_t ring[RING];
 static size_t ring_head, ring_len;
+#ifdef QM_TEST_HOOKS
+static size_t cap = SIZE_MAX;
+#endif
 
 static size_t nslots(void) {
   size_t n = ((size_t)1 << qm__rshift) / QM_MIN_ALIGN;
+#ifdef QM_TEST_HOOKS
+  if (n > cap)
+    n = cap;
+#endif
   return n < LEAF_BITS * MAX_LEAVES ? n : LEAF_BITS * MAX_LEAVES;
 }
 
 static uint64_t *word_of(size_t i, bool make) {
   uint64_t **l = &leaf[i / LEAF_BITS];
-  if (!*l && (!make || !(*l = qm__meta_alloc(LEAF_BITS / 8))))
+  if (!*l && (!make || !(*l = qm__meta_alloc(2 * LEAF_BITS / 8))))
     return NULL;
   return &(*l)[(i % LEAF_BITS) / 64];
+}
+/* The waiting bits' word of slot i, whose leaf exists. */
+static uint64_t *waiting_of(size_t i) { return word_of(i, false) + LEAF_WORDS; }
+
+static size_t ring_pop(void) {
+  size_t i = ring[ring_head];
+  ring_head = (ring_head + 1) % RING;
+  ring_len--;
+  *waiting_of(i) &= ~((uint64_t)1 << (i % 64));
+  return i;
+}
+
+/* A loose slot, from the sweep's place on; loose > 0. Whole leaves with
+ * none are skipped, so a sweep reads at most every leaf's count and one
+ * leaf's words. */
+static size_t take_loose(void) {
+  size_t nleaves = (next + LEAF_BITS - 1) / LEAF_BITS;
+  size_t l = sweep / LEAF_BITS, w = (sweep % LEAF_BITS) / 64;
+  for (size_t seen = 0; seen <= nleaves; seen++, l = (l + 1) % nleaves, w = 0) {
+    if (!nloose[l])
+      continue;
+    for (; w < LEAF_WORDS; w++) {
+      uint64_t avail = ~(leaf[l][w] | leaf[l][LEAF_WORDS + w]);
+      size_t base = l * LEAF_BITS + w * 64;
+      if (base + 64 > next) /* bits past the bump are neither, but not loose */
+        avail &= base >= next ? 0 : ((uint64_t)1 << (next - base)) - 1;
+      if (avail) {
+        size_t i = base + (size_t)__builtin_ctzll(avail);
+        nloose[l]--;
+        loose--;
+        sweep = i + 1 < next ? i + 1 : 0;
+        return i;
+      }
+    }
+  }
+  QM_CHECK_OP(loose, ==, 0); /* the counts said there was one */
+  return SIZE_MAX;
 }
 
 void *qm__zero_alloc(void) {
   qm_lock(&lock);
   size_t i;
   if (ring_len > RING_KEEP) {
-    i = ring[ring_head];
-    ring_head = (ring_head + 1) % RING;
-    ring_len--;
+    i = ring_pop();
   } else if (next < nslots()) {
     i = next++;
+  } else if (loose) {
+    i = take_loose();
+  } else if (ring_len) { /* every other slot is live: the region is full */
+    i = ring_pop();
   } else {
     qm_unlock(&lock);
     errno = ENOMEM;
@@ -93,13 +149,26 @@ void qm__zero_free(void *p, const char *op) {
     qm__zero_error(op, p);
   }
   *word_of(i, false) &= ~((uint64_t)1 << (i % 64));
-  if (ring_len < RING) {
-    ring[(ring_head + ring_len) % RING] = (uint32_t)i;
-    ring_len++;
+  if (ring_len == RING) { /* the oldest has waited long enough: loose */
+    size_t old = ring_pop();
+    nloose[old / LEAF_BITS]++;
+    loose++;
   }
-  /* else: the slot is never reused; the region has 2^29 of them */
+  ring[(ring_head + ring_len) % RING] = (uint32_t)i;
+  ring_len++;
+  *waiting_of(i) |= (uint64_t)1 << (i % 64);
   qm_unlock(&lock);
 }
+
+#ifdef QM_TEST_HOOKS
+size_t qm__zero_cap(size_t slots) {
+  qm_lock(&lock);
+  cap = slots < next ? next : slots;
+  size_t n = next;
+  qm_unlock(&lock);
+  return n;
+}
+#endif
 
 size_t qm__zero_check(const char *op, void *p) {
   size_t i = slot_of(p);

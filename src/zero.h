@@ -22,6 +22,11 @@ size_t qm__zero_check(const char *op, void *p);
 _Noreturn void qm__zero_error(const char *op, void *p) QM_COLD;
 /* For the SIGSEGV report: what an access at a in the region hit. */
 bool qm__zero_describe(uintptr_t a, const char **what, qm_buf_t *d);
+#ifdef QM_TEST_HOOKS
+/* Test hook: the region's slots are capped at slots (SIZE_MAX: none; never
+ * below those the bump handed out); returns those. */
+size_t qm__zero_cap(size_t slots);
+#endif
 void qm__zero_fork_prepare(void);
 void qm__zero_fork_parent(void);
 void qm__zero_fork_child(void);

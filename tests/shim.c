@@ -20,6 +20,7 @@
 #include "ro.h"
 #include "secondary.h"
 #include "smallstate.h"
+#include "zero.h"
 
 /* the options are sealed read-only after init: open them around a change */
 void qmt_options_reset(void) {
@@ -51,6 +52,7 @@ uint64_t qmt_option(const char *name) {
 void qmt_quarantine_flush(void) { qm__large_flush(); }
 void qmt_log_forget(void) { qm__report_log_forget(); }
 uint32_t qmt_sample_left(void) { return qm__sample_left; }
+size_t qmt_zero_cap(size_t slots) { return qm__zero_cap(slots); }
 
 unsigned qmt_nclasses(void) { return QM_NCLASS; }
 unsigned qmt_class_of(size_t n) { return qm_class_of_calc(n); }

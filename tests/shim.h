@@ -54,6 +54,10 @@ void qmt_flush_thread_cache(void);
 /* Bytes carved from all class regions so far. */
 size_t qmt_small_carved(void);
 
+/* Caps the zero-size region at slots (SIZE_MAX: none; never below those
+ * handed out so far); returns those handed out so far. */
+size_t qmt_zero_cap(size_t slots);
+
 /* Forgets the log file (option log_path) and any failure to open it. */
 void qmt_log_forget(void);
 

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <set>
+#include <vector>
 
 #include "util.h"
 
@@ -263,6 +264,42 @@ TEST(Api, MallocZeroIsUniqueAndFreesNormally) {
   qm_free(d);
   qm_free(b);
   qm_free(c);
+}
+
+// Once malloc(0) has handed out every slot of its region, freed slots come
+// back: all of them can be live at once (only the 3,072 waiting in the FIFO
+// of freed slots could before), a freed one still not the next handed out.
+TEST(Api, MallocZeroReusesEverySlotOnceTheRegionIsFull) {
+  const size_t extra = 20000;
+  qmt_zero_cap(qmt_zero_cap(SIZE_MAX) + extra);
+  // a malloc(0) may be sampled into a guarded slot: counted apart
+  std::vector<void *> v, sampled;
+  auto fill = [&] {
+    std::set<void *> seen;
+    for (void *p; (p = qm_malloc(0));) {
+      ASSERT_TRUE(seen.insert(p).second) << "handed out twice: " << p;
+      (qmt_is_small(p) ? v : sampled).push_back(p);
+      ASSERT_LE(v.size(), size_t{1} << 24);
+    }
+    EXPECT_EQ(errno, ENOMEM);
+  };
+  fill();
+  size_t all = v.size();
+  EXPECT_GE(all, extra);
+  for (int round = 0; round < 3; round++) {
+    void *last = v.back();
+    for (void *p : v)
+      qm_free(p);
+    v.clear();
+    fill();
+    EXPECT_EQ(v.size(), all) << "round " << round;
+    EXPECT_NE(v[0], last);
+  }
+  for (void *p : v)
+    qm_free(p);
+  for (void *p : sampled)
+    qm_free(p);
+  qmt_zero_cap(SIZE_MAX);
 }
 
 TEST(ApiDeathTest, MallocZeroDoubleFreeIsReported) {
