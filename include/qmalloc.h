@@ -127,6 +127,10 @@ typedef struct qm_stats {
   /* page drops the kernel refused with madvise on locked pages (mlock,
      mlockall), made by mapping the range afresh instead */
   uint64_t locked_remaps;
+  /* freed large chunks unmapped before their quarantine window passed (out
+     of memory, address space or mappings; default profile only, warned of
+     once) */
+  uint64_t window_breaks;
 } qm_stats_t;
 void qm_stats(qm_stats_t *out);
 

@@ -89,6 +89,9 @@ typedef struct qm_large {
   unsigned frames;      /* option stack_frames */
   size_t stk_committed; /* records whose entries are mapped */
   size_t maps_peak;
+  /* quarantined chunks unmapped before their window passed: only out of
+   * address space, memory or mappings, only in the default profile */
+  uint64_t window_breaks;
 } qm_large_t;
 
 /* Defined in large_record.c. The short name keeps the code that moved out of
@@ -187,5 +190,10 @@ bool qm__q_enter(uint32_t i, bool dropped);
 bool qm__q_over(void);
 void qm__q_enforce_all(size_t extra_maps);
 bool qm__q_unmap_all(bool unaged_too);
+/* Address space the quarantine holds (mappings, guards included). */
+size_t qm__q_mapped_bytes(void);
+/* Warns, once per process, if a window chunk was ever given up. Without
+ * S.lock. */
+void qm__q_breach_warn(void);
 
 #endif

@@ -9,6 +9,8 @@
 #include <fcntl.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include "qm.h"
@@ -229,6 +231,29 @@ bool qm_os_move_spans_vmas(void) {
   }
   errno = saved;
   return k == 1;
+}
+
+bool qm_os_could_map(size_t span, size_t rw, size_t held) {
+  if (span > (size_t)1 << 47)
+    return false;
+  int saved = errno;
+  bool ok = true;
+  struct rlimit r;
+  if (!getrlimit(RLIMIT_AS, &r) && r.rlim_cur != RLIM_INFINITY) {
+    long long vm = qm_os_read_number("/proc/self/statm"); /* pages mapped now */
+    size_t now = vm > 0 ? (size_t)vm << qm__page_shift : 0;
+    size_t after = now > held ? now - held : 0;
+    ok = span <= r.rlim_cur && after <= r.rlim_cur - span;
+  }
+  /* 0 (heuristic) refuses one mapping larger than RAM and swap, 2 (strict)
+   * refuses less still; 1 grants anything */
+  if (ok && qm_os_read_number("/proc/sys/vm/overcommit_memory") != 1) {
+    struct sysinfo si;
+    if (!sysinfo(&si))
+      ok = rw / si.mem_unit <= (size_t)si.totalram + si.totalswap;
+  }
+  errno = saved;
+  return ok;
 }
 
 long qm_os_resident_pages(void *p, size_t len) {

@@ -59,6 +59,13 @@ int qm_os_move(void *old, size_t len, void *to, bool dontunmap);
  * once, on scratch pages; false until a test could be made. */
 bool qm_os_move_spans_vmas(void);
 
+/* Whether a mapping of span bytes, rw of them writable, could be granted
+ * once `held` bytes of the process's mappings are unmapped: false where the
+ * kernel refuses it whatever is freed (past a 47-bit address space, past
+ * RLIMIT_AS, more writable memory than RAM and swap unless overcommit is
+ * unconditional). A syscall or two: for paths that already failed. */
+bool qm_os_could_map(size_t span, size_t rw, size_t held);
+
 /* Pages of [p, p+len) resident now (mincore); -1 on error. */
 long qm_os_resident_pages(void *p, size_t len);
 

@@ -17,6 +17,7 @@
 #include "large.h"
 #include "options.h"
 #include "os.h"
+#include "report.h"
 #include "strategy.h"
 
 #define VICTIMS 32
@@ -249,19 +250,51 @@ typedef struct victims {
 } victims_t;
 
 /* Takes the oldest quarantined chunk to be unmapped: an aged one, or with
- * `unaged_too` any (only the mapping budget asks that: past it, mmap would
- * fail). Aged chunks are the FIFO's prefix up to S.age. */
+ * `unaged_too` any, counted in window_breaks if it was in the window (only
+ * the default profile asks that, past the mapping budget or when a mapping
+ * failed: see fresh() in secondary.c). Aged chunks are the FIFO's prefix up
+ * to S.age. */
 static bool take_unmap_victim(victims_t *v, bool unaged_too) {
-  for (uint32_t i = S.qhead; i != NIL && (unaged_too || i != S.age); i = B(i)->qnext) {
+  bool window = false;
+  for (uint32_t i = S.qhead; i != NIL; i = B(i)->qnext) {
+    if (i == S.age) {
+      if (!unaged_too)
+        break;
+      window = true;
+    }
     if (B(i)->state != B_QUAR)
       continue;
     qm__q_unlink(i);
     B(i)->state = B_BUSY;
     qm__forget(i);
     v->unmap[v->nunmap++] = i;
+    S.window_breaks += window;
     return true;
   }
   return false;
+}
+
+size_t qm__q_mapped_bytes(void) {
+  size_t n = 0;
+  qm_lock(&S.lock);
+  for (uint32_t i = S.qhead; i != NIL; i = B(i)->qnext)
+    if (B(i)->state == B_QUAR)
+      n += B(i)->span;
+  qm_unlock(&S.lock);
+  return n;
+}
+
+void qm__q_breach_warn(void) {
+  static atomic_bool warned;
+  if (!__atomic_load_n(&S.window_breaks, __ATOMIC_RELAXED) ||
+      atomic_exchange_explicit(&warned, true, memory_order_relaxed))
+    return;
+  qm_buf_t b;
+  b.n = 0;
+  qm_buf_str(&b, "out of memory, address space or mappings: freed large chunks unmapped before "
+                 "their quarantine window passed (see window_breaks in the stats; "
+                 "hardening=max fails the request instead)");
+  qm__warn_buf(&b);
 }
 
 /* The resident pages the budget covers: quarantined chunks' and the ones
@@ -320,8 +353,11 @@ static bool q_enforce(victims_t *v, size_t extra_maps) {
   while (v->nunmap < VICTIMS && S.qcount > qm__opt.quarantine_max_chunks)
     if (!take_unmap_victim(v, false))
       break;
+  /* the window goes only in the default profile: under hardening=max the
+   * mapping budget is exceeded instead, until a mapping fails */
+  bool keep_window = qm__opt.hardening == QM_HARDENING_MAX;
   while (v->nunmap < VICTIMS && S.maps + extra_maps > S.map_budget)
-    if (!take_unmap_victim(v, false) && !take_unmap_victim(v, true))
+    if (!take_unmap_victim(v, false) && (keep_window || !take_unmap_victim(v, true)))
       break;
   size_t budget = budget_pages();
   while (resident_pages() > budget && S.qresident && v->nunmap < VICTIMS && v->ndrop < VICTIMS) {
@@ -373,6 +409,7 @@ void qm__q_enforce_all(size_t extra_maps) {
     qm_unlock(&S.lock);
     process_victims(&v);
   } while (more);
+  qm__q_breach_warn();
 }
 
 /* Unmaps every quarantined chunk, or only the aged ones; returns whether
@@ -386,8 +423,10 @@ bool qm__q_unmap_all(bool unaged_too) {
     while (v.nunmap < VICTIMS && take_unmap_victim(&v, unaged_too))
       ;
     qm_unlock(&S.lock);
-    if (!v.nunmap)
+    if (!v.nunmap) {
+      qm__q_breach_warn();
       return any;
+    }
     any = true;
     process_victims(&v);
   }

@@ -169,10 +169,19 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
   qm_range_t r;
   int err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift,
                           thp_advice(cap), &r);
-  /* out of address space or mappings: the aged chunks go first, and the
-   * window itself only as the last resort (failing instead would leave a
-   * program that freed everything unable to allocate again) */
-  for (int round = 0; err == ENOMEM && round < 2; round++)
+  /* Out of address space, memory or mappings: unmapping quarantined chunks
+   * may let the mapping succeed, and is done only where it can: never for a
+   * request the kernel refuses whatever is freed (malloc(16 TiB) once
+   * emptied the whole quarantine on its way to ENOMEM). The aged chunks go
+   * first; the window (quarantine_min_frees, quarantine_min_mb) only in the
+   * default profile, as the last resort (failing instead would leave a
+   * program that freed everything unable to allocate again), counted and
+   * warned of. Under hardening=max the request fails instead. */
+  int rounds = qm__opt.hardening == QM_HARDENING_MAX ? 1 : 2;
+  if (err == ENOMEM && !qm_os_could_map((cap << qm__page_shift) + align + 2 * qm__page,
+                                        need << qm__page_shift, qm__q_mapped_bytes()))
+    rounds = 0;
+  for (int round = 0; err == ENOMEM && round < rounds; round++)
     if (qm__q_unmap_all(round == 1))
       err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift,
                           thp_advice(cap), &r);
@@ -317,12 +326,23 @@ static uint32_t find_live_locked(void *p, const char *what) {
 
 /* Whether a chunk just freed goes straight to munmap rather than into the
  * quarantine (under S.lock): strategy unmap, no quarantine, a never-reused
- * chunk with the quarantine off, or the mapping budget reached. */
+ * chunk with the quarantine off, or the mapping budget reached. The last
+ * gives up the window (counted; the caller warns), in the default profile
+ * only: under hardening=max the chunk goes in over the budget, and the
+ * aged chunks go first. */
 static bool unmap_on_free(const block_t *b) {
   bool none = S.strategy == QM_STRATEGY_NONE;
-  return S.strategy == QM_STRATEGY_UNMAP || !qm__opt.quarantine_max_chunks ||
-         (none && b->flags & F_NOREUSE) ||
-         S.maps - b->vmas + qm__range_vmas(S.strategy, none) > S.map_budget;
+  if (S.strategy == QM_STRATEGY_UNMAP || !qm__opt.quarantine_max_chunks ||
+      (none && b->flags & F_NOREUSE))
+    return true;
+  if (S.maps - b->vmas + qm__range_vmas(S.strategy, none) <= S.map_budget)
+    return false;
+  if (none)
+    return true; /* no window to give up */
+  if (qm__opt.hardening == QM_HARDENING_MAX)
+    return false;
+  S.window_breaks++;
+  return true;
 }
 
 /* Moves a BUSY chunk that left the user into the quarantine (or unmaps it
@@ -373,6 +393,8 @@ void qm__large_free(void *p) {
   }
   qm_unlock(&S.lock);
   retire_block(i, unmap_now);
+  if (unmap_now)
+    qm__q_breach_warn();
 }
 
 size_t qm__large_usable(void *p, const char *op) {
@@ -594,6 +616,7 @@ void qm__large_stats(qm_stats_t *s) {
   s->mappings_estimate = S.maps;
   s->mappings_budget = S.map_budget;
   s->strategy = S.strategy;
+  s->window_breaks = S.window_breaks;
   qm_unlock(&S.lock);
 }
 

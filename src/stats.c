@@ -120,6 +120,7 @@ QM_EXPORT void qm_malloc_stats(void) {
   line(&b, "syscalls mremap", s.sys_mremap);
   line(&b, "no-op changes skipped", s.sys_skipped);
   line(&b, "page drops remapped (locked)", s.locked_remaps);
+  line(&b, "window breaks", s.window_breaks);
   line(&b, "threads with a cache", s.threads);
 }
 

@@ -98,12 +98,96 @@ static int mlock_uaf(void) {
   return 0;
 }
 
+/* A request the kernel refuses whatever is freed (16 TiB: more than RAM and
+ * swap) fails with ENOMEM and leaves the quarantine alone: the window's
+ * chunk stays inaccessible, and the next large chunk does not get its
+ * range. It once emptied the whole quarantine on its way to ENOMEM. */
+static int huge_request(void) {
+  char *p = opaque(malloc(1 << 20));
+  memset(p, 1, 1 << 20);
+  free(p);
+  errno = 0;
+  void *q = opaque(malloc((size_t)16 << 40));
+  if (q) {
+    fprintf(stderr, "skipped: malloc(16 TiB) succeeded (vm.overcommit_memory=1)\n");
+    return 77;
+  }
+  if (errno != ENOMEM) {
+    fprintf(stderr, "pressure: malloc(16 TiB) failed with %s, not ENOMEM\n", strerror(errno));
+    return 1;
+  }
+  char *r = opaque(malloc(1 << 20));
+  memset(r, 3, 1 << 20);
+  p[16] = 2; /* must fault */
+  return 0;
+}
+
+/* The process's own mappings up to vm.max_map_count: one PROT_NONE range
+ * with every other page made readable (each a mapping of its own, and no
+ * memory charged). */
+static char *fill_base;
+static size_t fill_len;
+static int fill_mappings(void) {
+  FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+  long max = 0;
+  if (!f || fscanf(f, "%ld", &max) != 1 || max <= 0 || max > (1l << 21)) {
+    fprintf(stderr, "skipped: vm.max_map_count unreadable or above 2M (%ld)\n", max);
+    exit(77);
+  }
+  fclose(f);
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  fill_len = ((size_t)max + 64) * 2 * pg;
+  fill_base = mmap(NULL, fill_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (fill_base == MAP_FAILED)
+    return 0;
+  for (size_t i = 1; i < fill_len / pg; i += 2)
+    if (mprotect(fill_base + i * pg, pg, PROT_READ))
+      return errno == ENOMEM;
+  return 0;
+}
+
+/* A large request when no mapping is left: only unmapping the quarantine's
+ * window chunk lets it succeed. The default profile serves it, counts it
+ * and warns once; hardening=max fails it with ENOMEM, and the freed chunk
+ * still faults. */
+static int map_count(void) {
+  void (*get)(qm_stats_t *) = (void (*)(qm_stats_t *))dlsym(RTLD_DEFAULT, "qm_stats");
+  char *p = opaque(malloc(1 << 20));
+  if (!get || !p)
+    return 3;
+  memset(p, 1, 1 << 20);
+  free(p);
+  if (!fill_mappings()) {
+    fprintf(stderr, "pressure: could not reach vm.max_map_count\n");
+    return 1;
+  }
+  errno = 0;
+  char *r = opaque(malloc(1 << 20));
+  int err = errno;
+  munmap(fill_base, fill_len);
+  if (r) {
+    qm_stats_t s;
+    get(&s);
+    fprintf(stderr, "pressure: served, %llu window breaks\n", (unsigned long long)s.window_breaks);
+    return s.window_breaks ? 0 : 1;
+  }
+  fprintf(stderr, "pressure: refused: %s\n", strerror(err));
+  if (err != ENOMEM)
+    return 1;
+  p[16] = 2; /* must fault */
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *m = argc > 1 ? argv[1] : "";
   if (!strcmp(m, "mlock-churn"))
     return mlock_churn();
   if (!strcmp(m, "mlock-uaf"))
     return mlock_uaf();
+  if (!strcmp(m, "huge-request"))
+    return huge_request();
+  if (!strcmp(m, "map-count"))
+    return map_count();
   fprintf(stderr, "pressure: unknown subcommand %s\n", m);
   return 2;
 }
