@@ -120,8 +120,10 @@ QM_EXPORT void *qm_malloc(size_t n) {
 
 /* Outside the primary: a large chunk, or one of init's bootstrap chunks. */
 static QM_COLD void large_free(void *p) {
-  if (QM_UNLIKELY(qm__boot_owns(p)))
-    return; /* never reused: nothing to do */
+  if (QM_UNLIKELY(qm__boot_owns(p))) {
+    qm__boot_free(p); /* marked freed, never reused */
+    return;
+  }
   if (qm_guarded_owns(p)) {
     qm__guarded_free(p, "invalid free of");
     return;
@@ -286,7 +288,7 @@ static held_t held_of(const char *op, void *p) {
     return (held_t){qm_e_size(w), qm_e_size(w), "small"};
   }
   if (qm__boot_owns(p)) {
-    size_t n = qm__boot_size(p);
+    size_t n = qm__boot_size(p, op);
     return (held_t){n, n, "small"};
   }
   if (qm_guarded_owns(p)) {

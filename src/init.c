@@ -2,7 +2,7 @@
  * fork safety. Init runs on the first call into qmalloc (or from the
  * library constructor, whichever is first); other threads wait for it.
  * Requests made while the options are read (a qmalloc_default_options()
- * that allocates) are served from a static bootstrap arena, so that nothing
+ * that allocates) are served from a bootstrap arena, so that nothing
  * is fixed from the default options before the real ones are known. The
  * fork lock order, taken in prepare and released in reverse:
  *   guarded-slot lock -> secondary init lock -> probe lock -> secondary lock -> class locks 0..N
@@ -22,6 +22,7 @@
 #include "guarded.h"
 #include "meta.h"
 #include "options.h"
+#include "os.h"
 #include "primary.h"
 #include "qm.h"
 #include "random.h"
@@ -37,30 +38,90 @@ int qm__init_done;
 static int init_state; /* 0 not started, 1 running, 2 done */
 int qm__booting;
 
-/* The bootstrap arena: bump-allocated, 16-byte aligned, each chunk after a
- * 16-byte word holding its size; never reused, so free() of one is a no-op
- * and it stays valid for as long as the program keeps the pointer. */
+/* The bootstrap arena: its own mapping between guard pages (so no overflow
+ * reaches the allocator's globals, nor they it), bump-allocated in 16-byte
+ * granules, never reused: a chunk stays valid for as long as the program
+ * keeps the pointer. What is a chunk and whether it was freed is kept out
+ * of band, per granule (0: no chunk starts here; else the requested size
+ * plus one, with BOOT_FREED once freed), so that a free of anything but a
+ * live chunk's start is reported, never silently ignored. The base is
+ * sealed with the rest of init's state (ro.c); the table stays writable:
+ * the most a write to it does is make one free of a start-up chunk pass. */
 #define BOOT_BYTES ((size_t)64 << 10)
-static _Alignas(16) unsigned char boot[BOOT_BYTES];
+#define BOOT_FREED ((uint32_t)1 << 31)
+static uint32_t boot_chunk[BOOT_BYTES / 16];
 static size_t boot_used;
 
 void *qm__boot_alloc(size_t n) {
-  size_t need = qm_align_up(n ? n : 1, 16) + 16;
+  if (!qm__boot_base) {
+    void *p;
+    if (qm_os_map_guarded(BOOT_BYTES, QM_PROT_RW, &p)) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    qm__boot_base = (uintptr_t)p;
+  }
+  size_t need = qm_align_up(n ? n : 1, 16);
   if (n > BOOT_BYTES || need > BOOT_BYTES - boot_used) {
     errno = ENOMEM;
     return NULL;
   }
-  unsigned char *p = boot + boot_used;
+  size_t at = boot_used;
   boot_used += need;
-  *(size_t *)p = n;
-  return p + 16;
+  boot_chunk[at / 16] = (uint32_t)n + 1;
+  return (void *)(qm__boot_base + at);
 }
 
 bool qm__boot_owns(const void *p) {
-  return (const unsigned char *)p >= boot && (const unsigned char *)p < boot + BOOT_BYTES;
+  return (uintptr_t)p - qm__boot_base < BOOT_BYTES && qm__boot_base;
 }
 
-size_t qm__boot_size(const void *p) { return *(const size_t *)((const unsigned char *)p - 16); }
+/* The live chunk at p, as its entry; reports anything else as `op`. */
+static uint32_t boot_entry(const void *p, const char *op) {
+  size_t off = (uintptr_t)p - qm__boot_base;
+  uint32_t e = off % 16 ? 0 : __atomic_load_n(&boot_chunk[off / 16], __ATOMIC_ACQUIRE);
+  qm_buf_t d;
+  d.n = 0;
+  if (e && !(e & BOOT_FREED))
+    return e;
+  if (e) {
+    bool is_free = !strcmp(op, "invalid free of");
+    qm_buf_str(&d, "start-up chunk, ");
+    qm_buf_dec(&d, (e & ~BOOT_FREED) - 1);
+    qm_buf_str(&d, is_free ? " bytes" : " bytes, already freed");
+    qm__report_fatal_buf(is_free ? "double free of" : op, p, &d);
+  }
+  /* inside a chunk, or past the last one */
+  size_t g = off / 16;
+  while (g && !boot_chunk[g])
+    g--;
+  e = boot_chunk[g];
+  size_t n = e ? (e & ~BOOT_FREED) - 1 : 0;
+  if (e && off < g * 16 + qm_align_up(n ? n : 1, 16)) {
+    qm_buf_str(&d, "offset ");
+    qm_buf_dec(&d, off - g * 16);
+    qm_buf_str(&d, e & BOOT_FREED ? " in freed start-up chunk of " : " in start-up chunk of ");
+    qm_buf_dec(&d, n);
+    qm_buf_str(&d, " bytes at ");
+    qm_buf_hex(&d, qm__boot_base + g * 16);
+  } else {
+    qm_buf_str(&d, "no chunk of qmalloc's start-up arena");
+  }
+  qm__report_fatal_buf(op, p, &d);
+}
+
+size_t qm__boot_size(const void *p, const char *op) {
+  return (boot_entry(p, op) & ~BOOT_FREED) - 1;
+}
+
+void qm__boot_free(void *p) {
+  size_t off = (uintptr_t)p - qm__boot_base;
+  uint32_t e = boot_entry(p, "invalid free of");
+  /* two threads freeing one chunk at once: one of them sees it freed */
+  if (!__atomic_compare_exchange_n(&boot_chunk[off / 16], &e, e | BOOT_FREED, false,
+                                   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    (void)boot_entry(p, "invalid free of");
+}
 
 static void fork_prepare(void) {
   /* the child's cache must hold no chunk whose canary is unchecked */

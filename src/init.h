@@ -26,8 +26,13 @@ extern int qm__booting;
 static inline bool qm__init_bootstrapping(void) {
   return __builtin_expect(__atomic_load_n(&qm__booting, __ATOMIC_RELAXED), 0);
 }
+/* Its base, 0 until its first chunk; sealed after init (ro.c). */
+extern uintptr_t qm__boot_base;
 void *qm__boot_alloc(size_t n);
+/* Whether p is in the arena; then size and free take only a live chunk's
+ * start and report anything else as `op` (free: invalid or double free). */
 bool qm__boot_owns(const void *p);
-size_t qm__boot_size(const void *p);
+size_t qm__boot_size(const void *p, const char *op);
+void qm__boot_free(void *p);
 
 #endif

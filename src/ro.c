@@ -35,6 +35,7 @@ RO unsigned qm__rshift;
 RO uintptr_t qm__gmask;
 RO size_t qm__small_limit;
 RO uint64_t qm__secret;
+RO uintptr_t qm__boot_base;
 RO size_t qm__page;
 RO unsigned qm__page_shift;
 RO bool qm__cache_checked;
