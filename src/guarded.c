@@ -48,18 +48,15 @@ typedef struct gclass {
 
 __thread uint32_t qm__sample_left __attribute__((tls_model("initial-exec"))) = 1;
 static __thread bool armed __attribute__((tls_model("initial-exec")));
-uintptr_t qm__gslot_base;
-size_t qm__gslot_span;
+/* Fixed once set up, sealed (ro.h): base, span, strategy, budget, shape. */
+#define GF (*qm__gfix)
 
 static struct {
   qm_lock_t lock;
   atomic_int ready; /* 0 not yet, 1 serving, -1 no reservation could be had */
-  bool markers;     /* MADV_GUARD_INSTALL works (Linux 6.13+) */
-  int strategy;     /* how freed slots retire: protect, discard or guard */
-  unsigned ncls, reg_shift;
   gclass_t cls[NGC];
-  size_t maps, map_budget; /* VMAs the slots add (an estimate), and may add */
-  size_t qres, qbudget;    /* pages quarantined with their memory; budget */
+  size_t maps;          /* VMAs the slots add (an estimate); GF.map_budget: may add */
+  size_t qres, qbudget; /* pages quarantined with their memory; budget */
   size_t live, live_bytes, qcount;
   uint64_t allocs, frees, skipped, reuses, drops, marked;
 } G = {.lock = QM_LOCK_INIT};
@@ -150,18 +147,18 @@ static bool setup(void) {
   }
   /* markers where the kernel has them: try one on the leading guard page of
    * class 0, which never becomes accessible anyway */
-  G.markers = !qm_os_guard_install((void *)G.cls[0].base, pg);
+  GF.markers = !qm_os_guard_install((void *)G.cls[0].base, pg);
   const qm_probe_result_t *r = qm__probe();
-  G.strategy = r->strategy;
-  if (G.strategy == QM_STRATEGY_GUARD && !G.markers)
-    G.strategy = QM_STRATEGY_DISCARD;
-  if (G.strategy != QM_STRATEGY_DISCARD && G.strategy != QM_STRATEGY_GUARD)
-    G.strategy = QM_STRATEGY_PROTECT; /* none and unmap: guarding was asked for */
-  G.ncls = ncls;
-  G.reg_shift = shift;
-  G.map_budget = qm__guarded_maps_reserved(maps_total());
-  if (!G.map_budget)
-    G.map_budget = 64;
+  GF.strategy = r->strategy;
+  if (GF.strategy == QM_STRATEGY_GUARD && !GF.markers)
+    GF.strategy = QM_STRATEGY_DISCARD;
+  if (GF.strategy != QM_STRATEGY_DISCARD && GF.strategy != QM_STRATEGY_GUARD)
+    GF.strategy = QM_STRATEGY_PROTECT; /* none and unmap: guarding was asked for */
+  GF.ncls = ncls;
+  GF.reg_shift = shift;
+  GF.map_budget = qm__guarded_maps_reserved(maps_total());
+  if (!GF.map_budget)
+    GF.map_budget = 64;
   /* guard_all: every live object holds a page already, so the quarantine's
    * pages come on top of a heap several times glibc's. Measured in small
    * churn (10,000 live): 24 MiB gives 67 MiB peak RSS (Electric Fence 41) at
@@ -169,8 +166,10 @@ static bool setup(void) {
   size_t qb =
       qm__opt.guard_all ? qm__opt.guard_quarantine_mb << 20 : qm__opt.guard_quarantine_mb << 16;
   G.qbudget = qb >> qm__page_shift;
-  qm__gslot_span = (size_t)ncls << shift;
-  __atomic_store_n(&qm__gslot_base, (uintptr_t)p, __ATOMIC_RELEASE);
+  /* base first: a reader that sees the span sees the base too */
+  GF.base = (uintptr_t)p;
+  __atomic_store_n(&GF.span, (size_t)ncls << shift, __ATOMIC_RELEASE);
+  qm__late_seal(qm__gfix);
   return true;
 }
 
@@ -206,8 +205,8 @@ static uint32_t ring_pop(gclass_t *c) {
  * freeing class's first, until the quarantine is within its budget. The
  * slots stay inaccessible: a dangling access still faults. */
 static void enforce(unsigned first) {
-  for (unsigned n = 0; n < G.ncls && G.qres > G.qbudget; n++) {
-    gclass_t *c = &G.cls[(first + n) % G.ncls];
+  for (unsigned n = 0; n < GF.ncls && G.qres > G.qbudget; n++) {
+    gclass_t *c = &G.cls[(first + n) % GF.ncls];
     while (G.qres > G.qbudget && c->dcur < c->count) {
       uint32_t at = c->head + c->dcur++;
       uint32_t i = c->ring[at >= c->nslots ? at - c->nslots : at];
@@ -254,7 +253,7 @@ void *qm__guarded_alloc(size_t n, size_t align) {
   while (k < NGC && ((size_t)1 << k) < pages)
     k++;
   qm_lock(&G.lock);
-  if (!ready_locked() || k >= G.ncls) {
+  if (!ready_locked() || k >= GF.ncls) {
     qm_unlock(&G.lock);
     return NULL;
   }
@@ -262,12 +261,12 @@ void *qm__guarded_alloc(size_t n, size_t align) {
   /* a fresh slot costs a fault per page touched, a reused one (protect)
    * none: fresh ones while the quarantine is within its budget, so freed
    * slots age as long as the budget allows */
-  bool can_fresh = c->fresh < c->nslots && (G.markers || G.maps + 2 <= G.map_budget);
+  bool can_fresh = c->fresh < c->nslots && (GF.markers || G.maps + 2 <= GF.map_budget);
   /* and while the mapping budget lets the next free split a VMA: past it a
    * free would retire with markers, a page zap (a TLB flush, expensive on
    * a VM) now and a zero-fill fault at reuse; the oldest slot costs one
    * mprotect and no fault */
-  bool tight = G.markers && G.maps + 2 > G.map_budget;
+  bool tight = GF.markers && G.maps + 2 > GF.map_budget;
   uint32_t i;
   bool reused = c->count && (!can_fresh || tight || G.qres > G.qbudget);
   if (reused) {
@@ -284,7 +283,7 @@ void *qm__guarded_alloc(size_t n, size_t align) {
   size_t len = c->pages << qm__page_shift;
   int err = 0;
   if (!reused) {
-    if (G.markers) {
+    if (GF.markers) {
       /* the marker first, then one protection change over data and guard,
        * so that the slots in use stay one VMA (markers split nothing and
        * survive mprotect) */
@@ -300,7 +299,7 @@ void *qm__guarded_alloc(size_t n, size_t align) {
     err = qm_os_guard_remove((void *)data, len);
   } else if (!(s->flags & GF_OPEN)) {
     err = qm_os_protect((void *)data, len, QM_PROT_NONE, QM_PROT_RW);
-    if (!err && G.markers)
+    if (!err && GF.markers)
       G.maps -= 2; /* merged back into its neighbours */
   }
   if (s->flags & GF_DIRTY)
@@ -338,9 +337,10 @@ void *qm__guarded_alloc(size_t n, size_t align) {
  * trailing guard hold it (NONE32 on a region's leading guard, nslots or
  * more past the last slot). Returns whether a is in the data pages. */
 static bool locate(uintptr_t a, gclass_t **cp, uint32_t *ip) {
-  uintptr_t off = a - qm__gslot_base;
-  gclass_t *c = &G.cls[off >> G.reg_shift];
-  uintptr_t r = off & (((uintptr_t)1 << G.reg_shift) - 1);
+  uintptr_t off = a - GF.base;
+  QM_CHECK_OP(off >> GF.reg_shift, <, GF.ncls);
+  gclass_t *c = &G.cls[off >> GF.reg_shift];
+  uintptr_t r = off & (((uintptr_t)1 << GF.reg_shift) - 1);
   *cp = c;
   if (r < qm__page) {
     *ip = NONE32;
@@ -429,16 +429,16 @@ void qm__guarded_free(void *p, const char *op) {
    * mlockall after start-up), PROT_NONE, over the budget if need be: a slot
    * left open would catch nothing. */
   bool tried = false;
-  if (G.markers && (G.strategy == QM_STRATEGY_GUARD || G.maps + 2 > G.map_budget) &&
+  if (GF.markers && (GF.strategy == QM_STRATEGY_GUARD || G.maps + 2 > GF.map_budget) &&
       (tried = true, !qm_os_guard_install((void *)data, len))) {
     flags = GF_MARKED;
   } else if (!qm_os_protect((void *)data, len, QM_PROT_RW, QM_PROT_NONE)) {
-    if (G.markers)
+    if (GF.markers)
       G.maps += 2;
     flags = GF_DIRTY;
-    if (G.strategy == QM_STRATEGY_DISCARD && !qm_os_dontneed((void *)data, len, QM_PROT_NONE))
+    if (GF.strategy == QM_STRATEGY_DISCARD && !qm_os_dontneed((void *)data, len, QM_PROT_NONE))
       flags = 0;
-  } else if (G.markers && !tried && !qm_os_guard_install((void *)data, len)) {
+  } else if (GF.markers && !tried && !qm_os_guard_install((void *)data, len)) {
     flags = GF_MARKED; /* no VMA to split: markers need none */
   } else {
     flags = GF_OPEN;
@@ -537,8 +537,8 @@ void qm__guarded_stats(qm_stats_t *s) {
   s->guarded_reuses = G.reuses;
   s->guarded_skipped = G.skipped;
   s->guarded_mappings_estimate = G.maps;
-  s->guarded_mappings_budget = G.map_budget;
-  s->guarded_markers = G.markers;
+  s->guarded_mappings_budget = GF.map_budget;
+  s->guarded_markers = GF.markers;
   qm_unlock(&G.lock);
 }
 

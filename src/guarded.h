@@ -13,18 +13,20 @@
 #include "fmt.h"
 #include "qm.h"
 #include "qmalloc.h"
+#include "ro.h"
 
 /* The per-thread countdown to the next sampled malloc: the one thing the
  * malloc fast path pays for sampling (a decrement and a branch). Starts at 1
  * in every thread, so a thread's first small malloc arms it. */
 extern __thread uint32_t qm__sample_left __attribute__((tls_model("initial-exec")));
 
-/* The slots' reservation; both 0 until the first guarded allocation, and
- * then never changed: a pointer in it was handed out after they were set. */
-extern uintptr_t qm__gslot_base;
-extern size_t qm__gslot_span;
+/* The slots' reservation (sealed, ro.h); both 0 until the first guarded
+ * allocation, and then never changed: a pointer in it was handed out after
+ * they were set. */
 QM_INLINE bool qm_guarded_owns(const void *p) {
-  return (uintptr_t)p - qm__gslot_base < qm__gslot_span;
+  const qm_guarded_fixed_t *f = qm__gfix;
+  size_t span = __atomic_load_n(&f->span, __ATOMIC_ACQUIRE);
+  return (uintptr_t)p - f->base < span;
 }
 
 /* The next value of the countdown, after it reached zero (0 is never

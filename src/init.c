@@ -189,6 +189,7 @@ void qm__init_slow(void) {
   if (qm__primary_init(qm__secret) == 0)
     qm__small_limit = limit;
   /* else every request goes to the secondary: slow, but correct */
+  qm__late_init();
   qm__ro_seal(); /* nothing above changes after this */
   __atomic_store_n(&qm__init_done, 1, __ATOMIC_RELEASE);
   __atomic_store_n(&init_state, 2, __ATOMIC_RELEASE);

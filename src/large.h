@@ -15,6 +15,7 @@
 #include "lock.h"
 #include "qm.h"
 #include "random.h"
+#include "ro.h"
 #include "stack.h"
 
 #define NIL UINT32_MAX
@@ -63,10 +64,7 @@ typedef struct qm_large {
   qm_lock_t lock;
   qm_lock_t init_lock;
   atomic_int ready;
-  int strategy;
-  bool fast; /* the kernel keeps protect-strategy reuse fault-free */
-  block_t *blk;
-  size_t nblk, blk_committed, blk_max; /* records in use (high water), RW, reserved */
+  size_t nblk, blk_committed; /* records in use (high water), RW */
   uint32_t free_rec;
   slot_t *tab;
   size_t tab_cap, tab_used;
@@ -79,14 +77,12 @@ typedef struct qm_large {
   size_t qcount, qpages, qresident; /* chunks, usable pages, resident pages */
   size_t ltail;                     /* resident pages live chunks hold past their RW part */
   uint64_t frees, freed_bytes;      /* the clocks quarantine age is read on */
-  size_t maps, map_budget;
+  size_t maps;
   size_t live, live_bytes, mapped_bytes;
   uint64_t allocs, reuses, fresh, unmaps, drops, avoided, in_place, moved;
   bool no_dontunmap;
-  size_t thp_size; /* PMD size where transparent huge pages can be had, else 0 */
   /* the stack table: per record, frames allocating then frames freeing */
   uintptr_t *stk[MAX_RECORDS / ((size_t)1 << 13)];
-  unsigned frames;      /* option stack_frames */
   size_t stk_committed; /* records whose entries are mapped */
   size_t maps_peak;
   /* quarantined chunks unmapped before their window passed: only out of
@@ -98,6 +94,8 @@ typedef struct qm_large {
  * one file as it was. */
 extern qm_large_t qm__large;
 #define S qm__large
+/* What is fixed once the secondary is ready, sealed (ro.h). */
+#define LF (*qm__lfix)
 
 /* Page classes, four per doubling: bins of quarantined chunks by capacity,
  * and the capacity a fresh chunk is given, so that a chunk freed by one
@@ -117,14 +115,19 @@ static inline size_t pclass_pages(unsigned c) {
   return ((size_t)1 << l) + ((size_t)(k % 4 + 1) << (l - 2));
 }
 
-static inline block_t *B(uint32_t i) { return &S.blk[i]; }
+/* A record by index: an index past the reserved table (a corrupted count
+ * or link) is caught here, before it is used. */
+static inline block_t *B(uint32_t i) {
+  QM_CHECK_OP(i, <, LF.blk_max);
+  return &LF.blk[i];
+}
 
 /* The RW pages that a request of `need` pages aligned to `align` takes in
  * chunk b: whole huge pages in a THP chunk (opening part of one would split
  * its PMD for good), but exact ones for over-aligned requests, as extent()
  * in secondary.c gives them (a lead would break their alignment). */
 static inline size_t qm_need_in(const block_t *b, size_t need, size_t align) {
-  size_t hp = S.thp_size >> qm__page_shift;
+  size_t hp = LF.thp_size >> qm__page_shift;
   if (!(b->flags & F_HUGE) || !hp || align > qm__page)
     return need;
   return (need + hp - 1) / hp * hp;

@@ -27,8 +27,11 @@ bool qm__blk_reserve(void) {
     /* guarded: records hold chunk addresses, and a committed prefix that
      * reaches the end must not touch a neighbour */
     if (qm_os_map_guarded(qm_page_up(n * sizeof(block_t)), QM_PROT_NONE, &p) == 0) {
-      S.blk_max = n;
-      S.blk = p;
+      LF.blk = p;
+      LF.blk_max = n;
+      /* the retry of a later request: the rest is set, seal it now */
+      if (atomic_load_explicit(&S.ready, memory_order_relaxed))
+        qm__late_seal(qm__lfix);
       return true;
     }
   }
@@ -41,18 +44,18 @@ bool qm__blk_reserve(void) {
  * the lock), so its address space grows with use; records whose segment
  * could not be mapped simply carry no stacks ---- */
 
-/* A record's entry is its stk_t, then S.frames allocating frames and
- * S.frames freeing ones. Kept here and not in block_t, so that the records'
+/* A record's entry is its stk_t, then LF.frames allocating frames and
+ * LF.frames freeing ones. Kept here and not in block_t, so that the records'
  * reservation (1 Mi of them) does not grow with stacks, and stack_frames=0
  * costs no address space. */
 static size_t stk_entry_bytes(void) {
-  return (sizeof(stk_t) + 7) / 8 * 8 + S.frames * 2 * sizeof(uintptr_t);
+  return (sizeof(stk_t) + 7) / 8 * 8 + LF.frames * 2 * sizeof(uintptr_t);
 }
 
 static size_t stk_seg_bytes(void) { return qm_page_up(STK_SEG * stk_entry_bytes()); }
 
 static void stk_grow(void) {
-  while (S.frames && S.stk_committed < S.blk_committed) {
+  while (LF.frames && S.stk_committed < S.blk_committed) {
     size_t seg = S.stk_committed / STK_SEG;
     if (seg >= sizeof S.stk / sizeof S.stk[0])
       return;
@@ -66,17 +69,17 @@ static void stk_grow(void) {
 
 /* Record i's entry; NULL without one. */
 stk_t *qm__stk_at(uint32_t i) {
-  if (!S.frames || i >= S.stk_committed)
+  if (!LF.frames || i >= S.stk_committed)
     return NULL;
   return (stk_t *)((char *)S.stk[i / STK_SEG] + (i % STK_SEG) * stk_entry_bytes());
 }
 
-/* Its frames: the allocating ones, then (at S.frames) the freeing ones. */
+/* Its frames: the allocating ones, then (at LF.frames) the freeing ones. */
 uintptr_t *qm__stk_pcs(stk_t *e) { return (uintptr_t *)((char *)e + (sizeof(stk_t) + 7) / 8 * 8); }
 
 void qm__trace_capture(trace_t *t) {
-  t->n = S.frames ? qm__stack_capture(t->pc, S.frames) : 0;
-  t->tid = S.frames ? qm__thread_id() : 0;
+  t->n = LF.frames ? qm__stack_capture(t->pc, LF.frames) : 0;
+  t->tid = LF.frames ? qm__thread_id() : 0;
 }
 
 /* Records t as chunk i's allocating stack (the chunk is the caller's). */
@@ -98,24 +101,24 @@ void qm__note_free(uint32_t i, const trace_t *t) {
   e->free_tid = t->tid;
   e->free_seq = S.frees;
   e->free_ms = qm__clock_ms();
-  memcpy(qm__stk_pcs(e) + S.frames, t->pc, t->n * sizeof(uintptr_t));
+  memcpy(qm__stk_pcs(e) + LF.frames, t->pc, t->n * sizeof(uintptr_t));
 }
 
 uint32_t qm__rec_alloc(void) {
-  if (!S.blk && !qm__blk_reserve())
+  if (!LF.blk && !qm__blk_reserve())
     return NIL;
   if (S.free_rec != NIL) {
     uint32_t i = S.free_rec;
     S.free_rec = B(i)->qnext;
     return i;
   }
-  if (S.nblk == S.blk_max)
+  if (S.nblk == LF.blk_max)
     return NIL;
   if (S.nblk == S.blk_committed) {
     size_t step = (64 << 10) / sizeof(block_t);
     size_t from = qm_page_up(S.blk_committed * sizeof(block_t));
     size_t to = qm_page_up((S.blk_committed + step) * sizeof(block_t));
-    if (qm_os_protect((char *)S.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
+    if (qm_os_protect((char *)LF.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
       return NIL;
     S.blk_committed = to / sizeof(block_t);
     stk_grow();
@@ -197,7 +200,7 @@ static void tab_remove(uintptr_t k) {
 }
 
 void qm__set_vmas(block_t *b, bool live) {
-  unsigned v = qm__range_vmas(S.strategy, live);
+  unsigned v = qm__range_vmas(LF.strategy, live);
   S.maps = S.maps - b->vmas + v;
   b->vmas = (uint8_t)v;
   if (S.maps > S.maps_peak)
@@ -236,9 +239,9 @@ void qm__unmap_forgotten(uint32_t i) {
 size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {
   size_t n = 0;
   qm_lock(&S.lock);
-  if (S.blk && n < cap) {
-    out[n][0] = (uintptr_t)S.blk;
-    out[n++][1] = (uintptr_t)S.blk + qm_page_up(S.blk_max * sizeof(block_t));
+  if (LF.blk && n < cap) {
+    out[n][0] = (uintptr_t)LF.blk;
+    out[n++][1] = (uintptr_t)LF.blk + qm_page_up(LF.blk_max * sizeof(block_t));
   }
   if (S.tab && n < cap) {
     out[n][0] = (uintptr_t)S.tab;

@@ -10,11 +10,11 @@
 #include "report.h"
 
 bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
-  if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !S.blk)
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !LF.blk)
     return false;
   size_t n = S.nblk;
   for (size_t i = 0; i < n; i++) {
-    const block_t *b = &S.blk[i];
+    const block_t *b = &LF.blk[i];
     if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
       continue;
     /* a racy read of the record: the fault came from an access to it, so
@@ -58,11 +58,11 @@ bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
 
 void qm__large_report_stacks(const void *addr) {
   uintptr_t a = (uintptr_t)addr;
-  if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !S.blk || !S.frames)
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !LF.blk || !LF.frames)
     return;
   size_t n = S.nblk;
   for (size_t i = 0; i < n; i++) {
-    const block_t *b = &S.blk[i];
+    const block_t *b = &LF.blk[i];
     if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
       continue;
     stk_t *e = qm__stk_at((uint32_t)i);
@@ -70,8 +70,8 @@ void qm__large_report_stacks(const void *addr) {
       return;
     /* racy reads, as in qm__large_describe: counts are clamped */
     const uintptr_t *pcs = qm__stk_pcs(e);
-    unsigned nf = e->nfree < S.frames ? e->nfree : S.frames;
-    unsigned na = e->nalloc < S.frames ? e->nalloc : S.frames;
+    unsigned nf = e->nfree < LF.frames ? e->nfree : LF.frames;
+    unsigned na = e->nalloc < LF.frames ? e->nalloc : LF.frames;
     bool freed = b->state == B_QUAR || (b->state == B_BUSY && (b->flags & F_FREED));
     qm_buf_t l;
     l.n = 0;
@@ -85,7 +85,7 @@ void qm__large_report_stacks(const void *addr) {
       qm_buf_dec(&l, now > e->free_ms ? now - e->free_ms : 0);
       qm_buf_str(&l, " ms ago, here:\n");
       qm__report_out(&l);
-      qm__stack_print(pcs + S.frames, nf);
+      qm__stack_print(pcs + LF.frames, nf);
       qm_buf_str(&l, "  previously allocated by thread ");
     } else {
       qm_buf_str(&l, "  allocated by thread ");

@@ -104,7 +104,7 @@ void qm__q_unlink(uint32_t i) {
  * after it) into the bins where allocation looks. FIFO order makes the aged
  * chunks a prefix of the quarantine. */
 static bool aged(const block_t *b) {
-  if (S.strategy == QM_STRATEGY_NONE)
+  if (LF.strategy == QM_STRATEGY_NONE)
     return true;
   return S.frees - b->seq >= qm__opt.quarantine_min_frees &&
          S.freed_bytes - b->mark >= qm__opt.quarantine_min_mb << 20;
@@ -173,7 +173,7 @@ static void demand_note(size_t need) {
  * 0.45 faults/op median of 8 runs, 0.28..0.65, against 0.76, 0.01..1.65
  * drawing among all fits; 2 threads 0.71 against 1.72 (3 runs). */
 uint32_t qm__q_fit(size_t need, size_t align) {
-  bool newest = S.strategy == QM_STRATEGY_NONE;
+  bool newest = LF.strategy == QM_STRATEGY_NONE;
   /* with the quarantine off the freed chunks are only a cache, and one that
    * fits nothing only grows the set of chunks until the budget drops pages
    * that then refault (measured: 0.6 faults/op in 2-thread churn at 50%,
@@ -305,7 +305,7 @@ static size_t budget_pages(void) { return (qm__opt.quarantine_mb << 20) >> qm__p
 
 /* Whether the quarantine is past one of its limits (under S.lock). */
 bool qm__q_over(void) {
-  return S.qcount > qm__opt.quarantine_max_chunks || S.maps > S.map_budget ||
+  return S.qcount > qm__opt.quarantine_max_chunks || S.maps > LF.map_budget ||
          resident_pages() > budget_pages();
 }
 
@@ -356,7 +356,7 @@ static bool q_enforce(victims_t *v, size_t extra_maps) {
   /* the window goes only in the default profile: under hardening=max the
    * mapping budget is exceeded instead, until a mapping fails */
   bool keep_window = qm__opt.hardening == QM_HARDENING_MAX;
-  while (v->nunmap < VICTIMS && S.maps + extra_maps > S.map_budget)
+  while (v->nunmap < VICTIMS && S.maps + extra_maps > LF.map_budget)
     if (!take_unmap_victim(v, false) && (keep_window || !take_unmap_victim(v, true)))
       break;
   size_t budget = budget_pages();
@@ -379,7 +379,7 @@ static void process_victims(victims_t *v) {
     qm__unmap_forgotten(v->unmap[k]);
   for (unsigned k = 0; k < v->ndrop; k++) {
     block_t *b = B(v->drop[k]);
-    qm__range_drop(S.strategy, (void *)b->usable, b->dirty << qm__page_shift);
+    qm__range_drop(LF.strategy, (void *)b->usable, b->dirty << qm__page_shift);
   }
   if (!v->nunmap && !v->ndrop)
     return;
@@ -438,12 +438,12 @@ bool qm__q_enter(uint32_t i, bool dropped) {
   block_t *b = B(i);
   if (dropped)
     b->dirty = 0;
-  if (S.strategy != QM_STRATEGY_NONE)
+  if (LF.strategy != QM_STRATEGY_NONE)
     b->rw = 0;
   b->state = B_QUAR;
   b->seq = S.frees;
   b->mark = S.freed_bytes;
-  qm__set_vmas(b, S.strategy == QM_STRATEGY_NONE);
+  qm__set_vmas(b, LF.strategy == QM_STRATEGY_NONE);
   q_append(i);
   return qm__q_over();
 }

@@ -40,6 +40,35 @@ RO size_t qm__page;
 RO unsigned qm__page_shift;
 RO bool qm__cache_checked;
 
+/* zeroed read-only copies until init maps the real pages; writable
+ * fallbacks, never sealed, where it cannot */
+static const qm_large_fixed_t lfix_none;
+static const qm_guarded_fixed_t gfix_none;
+static qm_large_fixed_t lfix_fallback;
+static qm_guarded_fixed_t gfix_fallback;
+RO qm_large_fixed_t *qm__lfix = (qm_large_fixed_t *)&lfix_none;
+RO qm_guarded_fixed_t *qm__gfix = (qm_guarded_fixed_t *)&gfix_none;
+
+void qm__late_init(void) {
+  size_t pg = qm__page;
+  char *p = mmap(NULL, 4 * pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED || mprotect(p + pg, 2 * pg, PROT_READ | PROT_WRITE)) {
+    if (p != MAP_FAILED)
+      munmap(p, 4 * pg);
+    qm__lfix = &lfix_fallback;
+    qm__gfix = &gfix_fallback;
+    return;
+  }
+  qm__lfix = (qm_large_fixed_t *)(p + pg);
+  qm__gfix = (qm_guarded_fixed_t *)(p + 2 * pg);
+}
+
+void qm__late_seal(const void *fixed) {
+  if (fixed == &lfix_fallback || fixed == &gfix_fallback)
+    return;
+  (void)mprotect((void *)((uintptr_t)fixed & ~(uintptr_t)(qm__page - 1)), qm__page, PROT_READ);
+}
+
 /* mprotect directly, not through os.c: this is the library's own data, not
  * memory the allocator manages, and the page size may not be known yet */
 static int protect(int prot) {

@@ -6,8 +6,45 @@
 #ifndef QM_RO_H
 #define QM_RO_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 /* Makes the pages read-only (end of init). */
 void qm__ro_seal(void);
+
+/* State fixed after init, once a part that starts lazily is set up (the
+ * secondary at the first large chunk, the guarded slots at the first
+ * sample): each on a page of its own, mapped by init between guard pages
+ * and reached through a pointer in the sealed section, made read-only by
+ * its owner as soon as it is set, never writable again. A write primitive
+ * in the program cannot turn the quarantine off, point the record table at
+ * a forged copy, or move the guarded slots. Before init the pointers reach
+ * zeroed read-only copies (nothing is set up: no strategy, no slots). */
+struct block;
+typedef struct qm_large_fixed {
+  int strategy;      /* how quarantined ranges are retired */
+  bool fast;         /* the kernel keeps protect-strategy reuse fault-free */
+  unsigned frames;   /* option stack_frames */
+  struct block *blk; /* the record table, blk_max records reserved */
+  size_t blk_max;    /* 0 until the table is reserved */
+  size_t map_budget; /* mappings the large quarantine may add */
+  size_t thp_size;   /* PMD size where THP can be had, else 0 */
+} qm_large_fixed_t;
+typedef struct qm_guarded_fixed {
+  uintptr_t base;           /* the slots' reservation, 0 until set up */
+  size_t span;              /* its length */
+  int strategy;             /* how freed slots retire */
+  bool markers;             /* MADV_GUARD_INSTALL works */
+  size_t map_budget;        /* mappings the slots may add */
+  unsigned ncls, reg_shift; /* slot classes, and log2 of each one's region */
+} qm_guarded_fixed_t;
+extern qm_large_fixed_t *qm__lfix;
+extern qm_guarded_fixed_t *qm__gfix;
+/* Maps the two pages (in init, before qm__ro_seal). */
+void qm__late_init(void);
+/* Makes the page holding fixed read-only: its owner has set it. */
+void qm__late_seal(const void *fixed);
 #ifdef QM_TEST_HOOKS
 /* Test hooks: writable again (the tests' option hooks, which re-parse
  * options after init); [lo, hi) of the pages, for the tests' maps check. */

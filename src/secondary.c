@@ -30,10 +30,10 @@
  * keeps PMD-mapped THP writable through mprotect(RW) (the probe's
  * fast_thp); before that, one fault per 2 MiB instead of 512. */
 static bool want_thp(size_t cap_pages) {
-  return S.thp_size && qm__opt.thp_min_mb &&
-         (S.strategy == QM_STRATEGY_PROTECT || S.strategy == QM_STRATEGY_NONE) &&
+  return LF.thp_size && qm__opt.thp_min_mb &&
+         (LF.strategy == QM_STRATEGY_PROTECT || LF.strategy == QM_STRATEGY_NONE) &&
          cap_pages << qm__page_shift >= qm__opt.thp_min_mb << 20 &&
-         cap_pages << qm__page_shift >= S.thp_size;
+         cap_pages << qm__page_shift >= LF.thp_size;
 }
 
 /* The RW extent, in pages, of a request for `need` pages. A chunk that gets
@@ -50,7 +50,7 @@ static bool want_thp(size_t cap_pages) {
 static size_t extent(size_t need, size_t align) {
   if (align > qm__page || !want_thp(pclass_pages(pclass(need))))
     return need;
-  size_t hp = S.thp_size >> qm__page_shift;
+  size_t hp = LF.thp_size >> qm__page_shift;
   return (need + hp - 1) / hp * hp;
 }
 
@@ -60,7 +60,7 @@ static size_t extent(size_t need, size_t align) {
 static int thp_advice(size_t cap_pages) {
   if (want_thp(cap_pages))
     return 1;
-  return S.thp_size && !qm__opt.thp_min_mb && cap_pages << qm__page_shift >= S.thp_size ? -1 : 0;
+  return LF.thp_size && !qm__opt.thp_min_mb && cap_pages << qm__page_shift >= LF.thp_size ? -1 : 0;
 }
 
 /* ---- initialisation ---- */
@@ -71,10 +71,10 @@ static void ensure_ready(void) {
   qm_lock(&S.init_lock);
   if (!atomic_load_explicit(&S.ready, memory_order_relaxed)) {
     const qm_probe_result_t *r = qm__probe();
-    S.strategy = r->strategy;
-    S.fast = r->fast_dirty == 1;
+    LF.strategy = r->strategy;
+    LF.fast = r->fast_dirty == 1;
     S.qhead = S.qtail = S.age = S.free_rec = NIL;
-    S.frames = (unsigned)qm__opt.stack_frames;
+    LF.frames = (unsigned)qm__opt.stack_frames;
     for (unsigned c = 0; c < NBINS; c++)
       S.hot[c] = S.cold[c] = NIL;
     qm__blk_reserve();
@@ -82,18 +82,20 @@ static void ensure_ready(void) {
     if (sys <= 0)
       sys = 65530;
     size_t headroom = (size_t)sys / 8 > 256 ? (size_t)sys / 8 : 256;
-    S.map_budget = qm__opt.max_mappings     ? qm__opt.max_mappings
-                   : (size_t)sys > headroom ? (size_t)sys - headroom
-                                            : 1;
+    LF.map_budget = qm__opt.max_mappings     ? qm__opt.max_mappings
+                    : (size_t)sys > headroom ? (size_t)sys - headroom
+                                             : 1;
     /* the guarded slots keep their share (at most half; none if off) */
-    S.map_budget -= qm__guarded_maps_reserved(S.map_budget);
+    LF.map_budget -= qm__guarded_maps_reserved(LF.map_budget);
     /* THP where the kernel offers it (madvise or always) */
     char thp[64];
     if (qm_os_read_file("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp) > 0 &&
         !strstr(thp, "[never]")) {
       long long pmd = qm_os_read_number("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
-      S.thp_size = pmd > 0 && qm_is_pow2((size_t)pmd) ? (size_t)pmd : 0;
+      LF.thp_size = pmd > 0 && qm_is_pow2((size_t)pmd) ? (size_t)pmd : 0;
     }
+    if (LF.blk) /* else sealed once a later request reserves the table */
+      qm__late_seal(qm__lfix);
     atomic_store_explicit(&S.ready, 1, memory_order_release);
   }
   qm_unlock(&S.init_lock);
@@ -117,7 +119,7 @@ static size_t hand_out_locked(uint32_t i, size_t size, unsigned ashift, size_t n
   if (reused)
     qm__tab_rekey(was, user_of(b), i);
   size_t nonzero = (b->dirty > lead ? b->dirty - lead : 0) << qm__page_shift;
-  if (reused && S.strategy == QM_STRATEGY_PROTECT && S.fast)
+  if (reused && LF.strategy == QM_STRATEGY_PROTECT && LF.fast)
     S.avoided += b->dirty < need ? b->dirty : need;
   /* every page open to the user may be written, and stays counted until its
    * pages are dropped: calloc on a later reuse relies on it */
@@ -159,15 +161,15 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
   if (cap < need) /* past the last class */
     cap = need;
   bool huge = want_thp(cap);
-  if (huge && align < S.thp_size)
-    align = S.thp_size;
+  if (huge && align < LF.thp_size)
+    align = LF.thp_size;
   if (huge) { /* whole huge pages, for any later extent (see extent()) */
-    size_t hp = S.thp_size >> qm__page_shift;
+    size_t hp = LF.thp_size >> qm__page_shift;
     cap = (cap + hp - 1) / hp * hp;
   }
   qm__q_enforce_all(3);
   qm_range_t r;
-  int err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift,
+  int err = qm__range_map(LF.strategy, cap << qm__page_shift, align, need << qm__page_shift,
                           thp_advice(cap), &r);
   /* Out of address space, memory or mappings: unmapping quarantined chunks
    * may let the mapping succeed, and is done only where it can: never for a
@@ -183,7 +185,7 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
     rounds = 0;
   for (int round = 0; err == ENOMEM && round < rounds; round++)
     if (qm__q_unmap_all(round == 1))
-      err = qm__range_map(S.strategy, cap << qm__page_shift, align, need << qm__page_shift,
+      err = qm__range_map(LF.strategy, cap << qm__page_shift, align, need << qm__page_shift,
                           thp_advice(cap), &r);
   if (err)
     return fail_enomem();
@@ -239,7 +241,7 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
     align = qm__page;
   size_t need = extent(pages, align), lead = need - pages;
   bool noreuse = need << qm__page_shift >= qm__opt.unmap_threshold_mb << 20;
-  if (!noreuse && S.strategy != QM_STRATEGY_UNMAP) {
+  if (!noreuse && LF.strategy != QM_STRATEGY_UNMAP) {
     qm_lock(&S.lock);
     qm__q_age();
     uint32_t i = qm__q_fit(need, align);
@@ -266,7 +268,7 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       block_t *b = B(i);
       int err = 0;
       if (open > b->rw)
-        err = qm__range_revive(S.strategy, (void *)(b->usable + (b->rw << qm__page_shift)),
+        err = qm__range_revive(LF.strategy, (void *)(b->usable + (b->rw << qm__page_shift)),
                                (open - b->rw) << qm__page_shift);
       if (!err) {
         if (b->rw < open)
@@ -331,11 +333,11 @@ static uint32_t find_live_locked(void *p, const char *what) {
  * only: under hardening=max the chunk goes in over the budget, and the
  * aged chunks go first. */
 static bool unmap_on_free(const block_t *b) {
-  bool none = S.strategy == QM_STRATEGY_NONE;
-  if (S.strategy == QM_STRATEGY_UNMAP || !qm__opt.quarantine_max_chunks ||
+  bool none = LF.strategy == QM_STRATEGY_NONE;
+  if (LF.strategy == QM_STRATEGY_UNMAP || !qm__opt.quarantine_max_chunks ||
       (none && b->flags & F_NOREUSE))
     return true;
-  if (S.maps - b->vmas + qm__range_vmas(S.strategy, none) <= S.map_budget)
+  if (S.maps - b->vmas + qm__range_vmas(LF.strategy, none) <= LF.map_budget)
     return false;
   if (none)
     return true; /* no window to give up */
@@ -350,7 +352,7 @@ static bool unmap_on_free(const block_t *b) {
 static void retire_block(uint32_t i, bool unmap_now) {
   block_t *b = B(i);
   if (!unmap_now) {
-    int strat = S.strategy;
+    int strat = LF.strategy;
     if (b->flags & F_NOREUSE && strat == QM_STRATEGY_PROTECT)
       strat = QM_STRATEGY_DISCARD; /* never reused: holding its pages is waste */
     bool dropped;
@@ -383,7 +385,7 @@ void qm__large_free(void *p) {
   S.freed_bytes += b->size;
   S.live--;
   S.live_bytes -= b->size;
-  bool none = S.strategy == QM_STRATEGY_NONE, unmap_now = unmap_on_free(b);
+  bool none = LF.strategy == QM_STRATEGY_NONE, unmap_now = unmap_on_free(b);
   if (none && !unmap_now) { /* nothing to retire: straight in, one lock */
     bool over = qm__q_enter(i, false);
     qm_unlock(&S.lock);
@@ -446,12 +448,12 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
     return NULL;
   bool huge = want_thp(cap);
   qm_range_t r;
-  int err = qm__range_map(S.strategy, cap << qm__page_shift, huge ? S.thp_size : 0, 0,
+  int err = qm__range_map(LF.strategy, cap << qm__page_shift, huge ? LF.thp_size : 0, 0,
                           thp_advice(cap), &r);
   size_t moved = o->rw << qm__page_shift;
   if (!err) {
     err =
-        qm__range_revive(S.strategy, (void *)(r.usable + moved), (need << qm__page_shift) - moved);
+        qm__range_revive(LF.strategy, (void *)(r.usable + moved), (need << qm__page_shift) - moved);
     if (!err)
       err = qm_os_move((void *)o->usable, moved, (void *)r.usable, true);
     if (err)
@@ -526,7 +528,7 @@ void *qm__large_realloc(void *p, size_t size) {
      * move no guard; that slack counts in the usable size. A shrink within
      * it, or under strategy none, keeps the pages open too. */
     size_t open = need + need / 8 < b->cap ? need + need / 8 : b->cap;
-    if ((need <= old_rw && old_rw <= open) || (need < old_rw && S.strategy == QM_STRATEGY_NONE)) {
+    if ((need <= old_rw && old_rw <= open) || (need < old_rw && LF.strategy == QM_STRATEGY_NONE)) {
       S.live_bytes = S.live_bytes - b->size + size;
       b->size = size;
       b->ashift = 0; /* realloc hands out malloc's kind of chunk */
@@ -540,10 +542,10 @@ void *qm__large_realloc(void *p, size_t size) {
     bool dropped = false;
     size_t new_rw = need > old_rw ? open : need;
     if (need > old_rw)
-      err = qm__range_revive(S.strategy, (void *)(b->usable + (old_rw << qm__page_shift)),
+      err = qm__range_revive(LF.strategy, (void *)(b->usable + (old_rw << qm__page_shift)),
                              (new_rw - old_rw) << qm__page_shift);
     else
-      err = qm__range_retire(S.strategy, (void *)(b->usable + (need << qm__page_shift)),
+      err = qm__range_retire(LF.strategy, (void *)(b->usable + (need << qm__page_shift)),
                              (old_rw - need) << qm__page_shift, &dropped);
     qm_lock(&S.lock);
     b->state = B_LIVE;
@@ -614,8 +616,8 @@ void qm__large_stats(qm_stats_t *s) {
   s->realloc_in_place = S.in_place;
   s->realloc_moved = S.moved;
   s->mappings_estimate = S.maps;
-  s->mappings_budget = S.map_budget;
-  s->strategy = S.strategy;
+  s->mappings_budget = LF.map_budget;
+  s->strategy = LF.strategy;
   s->window_breaks = S.window_breaks;
   qm_unlock(&S.lock);
 }
@@ -633,7 +635,7 @@ size_t qm__large_object_size(uintptr_t a) {
   size_t r = SIZE_MAX;
   qm_lock(&S.lock);
   for (size_t i = 0; i < S.nblk; i++) {
-    const block_t *b = &S.blk[i];
+    const block_t *b = &LF.blk[i];
     if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
       continue;
     uintptr_t u = user_of(b);

@@ -79,6 +79,7 @@ uintptr_t qmt_committed_end(unsigned c) {
   return qm__pbase + ((uintptr_t)c << qm__rshift) + atomic_load(&qm__committed[c]);
 }
 int qmt_is_small(const void *p) { return (uintptr_t)p - qm__pbase < qm__pspan; }
+int qmt_is_guarded(const void *p) { return qm_guarded_owns(p); }
 
 long qmt_minflt(void) {
   struct rusage ru;
@@ -156,6 +157,15 @@ void qmt_ro_range(uintptr_t *lo, uintptr_t *hi) {
   *hi = (uintptr_t)b;
 }
 
+void qmt_fixed_state(uintptr_t vars[2], uintptr_t pages[2]) {
+  vars[0] = (uintptr_t)&qm__lfix;
+  vars[1] = (uintptr_t)&qm__gfix;
+  pages[0] = (uintptr_t)qm__lfix;
+  pages[1] = (uintptr_t)qm__gfix;
+}
+void qmt_poke_large_strategy(void) { *(volatile int *)&qm__lfix->strategy = 0; }
+void qmt_poke_large_table(void) { *(struct block *volatile *)&qm__lfix->blk = NULL; }
+void qmt_poke_guarded_base(void) { *(volatile uintptr_t *)&qm__gfix->base = 0; }
 void qmt_poke_options(void) { *(volatile uint64_t *)&qm__opt.verbose = 1; }
 void qmt_poke_class_key(void) { *(volatile uint64_t *)&qm__class[3].key ^= 1; }
 

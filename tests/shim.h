@@ -42,6 +42,9 @@ void qmt_guards(size_t *made, size_t *missed, int *markers);
 uintptr_t qmt_committed_end(unsigned c);
 /* 1 if p lies in the small-chunk heap. */
 int qmt_is_small(const void *p);
+/* 1 if p is in a guarded slot (sampled: any small malloc may be, about 1 in
+ * sample_rate, at random). */
+int qmt_is_guarded(const void *p);
 /* The calling thread's group of the central lists, their number, the
  * chunks of size n's class in group g's stack, and how many of those
  * another group may take before it carves (QM_STEAL_MIN in chunks). */
@@ -88,6 +91,13 @@ void qmt_ro_range(uintptr_t *lo, uintptr_t *hi);
 /* Writes to the sealed options / a class key: must fault. */
 void qmt_poke_options(void);
 void qmt_poke_class_key(void);
+/* The state fixed once the secondary and the guarded slots are set up:
+ * where the pointers to it live (vars) and where it lives (pages), large
+ * then guarded; and writes to it, which must fault. */
+void qmt_fixed_state(uintptr_t vars[2], uintptr_t pages[2]);
+void qmt_poke_large_strategy(void);
+void qmt_poke_large_table(void);
+void qmt_poke_guarded_base(void);
 /* The primary's reservation: [lo, hi). */
 void qmt_primary_span(uintptr_t *lo, uintptr_t *hi);
 

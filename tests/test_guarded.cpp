@@ -293,4 +293,20 @@ TEST(SampleRate, OffMeansNone) {
   qmt_options_init();
 }
 
+// The guarded slots' base, span, strategy and budget: sealed once set up,
+// as the secondary's are (Large.FixedStateIsSealed).
+TEST(Sampled, FixedStateIsSealed) {
+  qm_free(qm_malloc(64));
+  qm_free(qm_malloc(64)); // sampled: the slots are set up
+  ASSERT_TRUE(stats().guarded_allocs > 0);
+  uintptr_t lo, hi, vars[2], pages[2];
+  qmt_ro_range(&lo, &hi);
+  qmt_fixed_state(vars, pages);
+  EXPECT_TRUE(vars[1] >= lo && vars[1] < hi) << "the pointer is not in the sealed section";
+  char prot[5];
+  qmt_prot_of(reinterpret_cast<void *>(pages[1]), prot);
+  EXPECT_STREQ(prot, "r--p");
+  EXPECT_EXIT(qmt_poke_guarded_base(), ::testing::KilledBySignal(SIGSEGV), "");
+}
+
 } // namespace

@@ -1128,4 +1128,26 @@ TEST_F(Large, ReuseOrderIsUnpredictable) {
   EXPECT_NE(run[0], run[1]) << show(run[0]);
 }
 
+// The state that steers large allocation and is fixed once the secondary is
+// ready (strategy, record table, budgets) is reached through a pointer in the
+// sealed section and lives on a read-only page: one write to the strategy
+// turned the quarantine off, one to the table pointer made malloc return a
+// forged record's range.
+TEST_F(Large, FixedStateIsSealed) {
+  qm_free(qm_malloc(1 << 20)); // the secondary is ready
+  uintptr_t lo, hi, vars[2], pages[2];
+  qmt_ro_range(&lo, &hi);
+  qmt_fixed_state(vars, pages);
+  EXPECT_TRUE(vars[0] >= lo && vars[0] < hi) << "the pointer is not in the sealed section";
+  char prot[5];
+  qmt_prot_of(reinterpret_cast<void *>(pages[0]), prot);
+  EXPECT_STREQ(prot, "r--p");
+}
+
+TEST(SealedLargeDeathTest, WritingTheFixedStateFaults) {
+  qm_free(qm_malloc(1 << 20));
+  EXPECT_EXIT(qmt_poke_large_strategy(), ::testing::KilledBySignal(SIGSEGV), "");
+  EXPECT_EXIT(qmt_poke_large_table(), ::testing::KilledBySignal(SIGSEGV), "");
+}
+
 } // namespace
