@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cache.h"
 #include "fault.h"
@@ -199,6 +200,12 @@ void qm__init_slow(void) {
   qm__unwind_init();
   qm__fault_report_init();
   pthread_atfork(fork_prepare, fork_parent, fork_child);
+  if (qm__opt.help) {
+    /* at once, before the program runs: _exit, so that nothing of the
+     * program's (its atexit handlers, stdio it buffered) runs either */
+    qm__options_help();
+    _exit(0);
+  }
   if (qm__opt.verbose) {
     qm__options_print();
     const qm_probe_result_t *r = qm_probe_result();

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <unistd.h>
 
 #include "fmt.h"
 #include "os.h"
@@ -288,6 +289,21 @@ void qm__options_init(void) {
   }
   qm__options_apply("QMALLOC_OPTIONS", env);
   qm__options_profile(&qm__opt);
+  qm__options_settle(&qm__opt);
+}
+
+void qm__options_settle(qm_options_t *o) {
+  /* a power of two, at least 256 KiB: the largest class's chunk then fits
+   * between two guards (primary.c) */
+  if (o->guard_interval_kb) {
+    uint64_t p2 = 256;
+    while (p2 < o->guard_interval_kb)
+      p2 <<= 1;
+    o->guard_interval_kb = p2;
+  }
+  /* a power of two: its highest bit (guarded.c) */
+  if (o->guard_align)
+    o->guard_align = (uint64_t)1 << (63 - __builtin_clzll(o->guard_align));
 }
 
 void qm__options_profile(qm_options_t *o) {
@@ -297,6 +313,50 @@ void qm__options_profile(qm_options_t *o) {
       o->free_delay = 256;
     if (!o->guard_interval_kb || o->guard_interval_kb > 256)
       o->guard_interval_kb = 256;
+  }
+}
+
+/* "0 or 1", "auto|fast|slow", "4..128", "up to 200 bytes" */
+static void put_range(qm_buf_t *b, const opt_desc_t *d) {
+  if (d->kind == KIND_BOOL) {
+    qm_buf_str(b, "0 or 1");
+  } else if (d->kind == KIND_ENUM) {
+    qm_buf_str(b, d->choices);
+  } else if (d->kind == KIND_STR) {
+    qm_buf_str(b, "up to ");
+    qm_buf_dec(b, d->max);
+    qm_buf_str(b, " bytes");
+  } else {
+    qm_buf_dec(b, d->min);
+    qm_buf_str(b, "..");
+    qm_buf_dec(b, d->max);
+  }
+}
+
+void qm__options_help(void) {
+  qm_buf_t b;
+  b.n = 0;
+  qm_buf_str(&b, "qmalloc: QMALLOC_OPTIONS=\"name=value:name=value\"; every option, with "
+                 "the value in force, its range and default:\n");
+  qm_buf_flush(&b, STDERR_FILENO); /* not into log_path */
+  for (size_t i = 0; i < NOPTS; i++) {
+    const opt_desc_t *d = &table[i];
+    b.n = 0;
+    qm_buf_str(&b, "  ");
+    qm_buf_str(&b, d->name);
+    qm_buf_str(&b, "=");
+    put_value(&b, &qm__opt, d, *slot(&qm__opt, d));
+    qm_buf_str(&b, "\n      ");
+    put_range(&b, d);
+    qm_buf_str(&b, ", default ");
+    if (d->kind == KIND_STR)
+      qm_buf_str(&b, "empty");
+    else
+      put_value(&b, &qm__opt, d, d->def);
+    qm_buf_str(&b, ": ");
+    qm_buf_str(&b, d->doc);
+    qm_buf_str(&b, "\n");
+    qm_buf_flush(&b, STDERR_FILENO); /* not into log_path */
   }
 }
 

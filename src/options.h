@@ -55,8 +55,14 @@ int qm__options_apply(const char *source, const char *s);
 int qm__options_parse(qm_options_t *o, const char *source, const char *s, size_t n);
 /* Applies the hardening profile to *o: max turns every check on. */
 void qm__options_profile(qm_options_t *o);
+/* Turns values into the ones in force where the allocator rounds them
+ * (guard_interval_kb, guard_align), so that what verbose and help print is
+ * what runs. */
+void qm__options_settle(qm_options_t *o);
 void qm__options_reset(void);
 /* Prints every option with its value and doc, one per line, to stderr. */
 void qm__options_print(void);
+/* Prints every option with its value in force, range, default and doc. */
+void qm__options_help(void);
 
 #endif
