@@ -213,6 +213,11 @@ __attribute__((destructor)) static void stats_at_exit(void) {
       s.mappings_budget, NULL, 0);
   row("small bytes in use", s.small_in_use, "free", s.small_free, "committed", s.small_committed,
       "advised back", s.small_purged);
+  row("guarded allocations", s.guarded_allocs, "frees", s.guarded_frees, "reuses", s.guarded_reuses,
+      "skipped", s.guarded_skipped);
+  row("guarded live chunks", s.guarded_live_chunks, "bytes", s.guarded_live_bytes,
+      "quarantine chunks", s.guarded_quarantine_chunks, "resident bytes",
+      s.guarded_quarantine_resident_bytes);
   row("peak resident KiB", (uint64_t)ru.ru_maxrss, "threads with a cache", s.threads, NULL, 0, NULL,
       0);
   row("syscalls mmap", s.sys_mmap, "munmap", s.sys_munmap, "mprotect", s.sys_mprotect, "madvise",
