@@ -11,6 +11,7 @@
 #include <ucontext.h>
 
 #include "guarded.h"
+#include "init.h"
 #include "options.h"
 #include "primary.h"
 #include "report.h"
@@ -25,6 +26,11 @@ static void fault_handler_install(void);
 bool qm__small_describe(uintptr_t a, const char **what, qm_buf_t *d) {
   if (qm__guarded_describe(a, what, d))
     return true;
+  if (qm__boot_on_guard(a)) {
+    *what = "heap overflow or underflow";
+    qm_buf_str(d, "guard page of qmalloc's start-up arena");
+    return true;
+  }
   uintptr_t off = a - qm__pbase;
   if (a < qm__pbase && qm__pbase - a <= qm__page && qm__pspan) {
     *what = "wild access";

@@ -22,7 +22,7 @@
 #include "probe.h"
 #include "report.h"
 
-#define NGC 8 /* classes of 1 .. 128 pages */
+#define NGC QM_GUARDED_CLASSES
 #define NONE32 UINT32_MAX
 
 enum { G_FRESH, G_LIVE, G_QUAR, G_DEAD };
@@ -36,20 +36,19 @@ typedef struct gslot {
   uint8_t state, flags;
 } gslot_t;
 
+/* A class's changing state; its shape (region, slot size, record and ring
+ * tables) is fixed at set-up and sealed: FX(c), GF.cls[]. */
 typedef struct gclass {
-  uintptr_t base;         /* the region: leading guard page, then slots */
-  size_t pages, stride;   /* data pages per slot; bytes per slot, guard included */
-  uint32_t nslots, fresh; /* slots; the first never used */
-  gslot_t *slot;          /* nslots records */
-  uint32_t *ring;         /* quarantine FIFO, oldest at head */
-  uint32_t head, count;   /* ring position of the oldest, entries */
-  uint32_t dcur;          /* entries from head known to hold no pages */
+  uint32_t fresh;       /* the first slot never used */
+  uint32_t head, count; /* ring position of the oldest, entries */
+  uint32_t dcur;        /* entries from head known to hold no pages */
 } gclass_t;
 
 __thread uint32_t qm__sample_left __attribute__((tls_model("initial-exec"))) = 1;
 static __thread bool armed __attribute__((tls_model("initial-exec")));
 /* Fixed once set up, sealed (ro.h): base, span, strategy, budget, shape. */
 #define GF (*qm__gfix)
+#define FX(c) (GF.cls[(c)-G.cls])
 
 static struct {
   qm_lock_t lock;
@@ -105,7 +104,7 @@ size_t qm__guarded_maps_reserved(size_t total) {
 }
 
 static uintptr_t slot_data(const gclass_t *c, uint32_t i) {
-  return c->base + qm__page + (uintptr_t)i * c->stride;
+  return FX(c).base + qm__page + (uintptr_t)i * FX(c).stride;
 }
 
 static bool setup(void) {
@@ -125,11 +124,11 @@ static bool setup(void) {
   size_t reg = (size_t)1 << shift, meta = 0;
   for (unsigned k = 0; k < ncls; k++) {
     gclass_t *c = &G.cls[k];
-    c->base = (uintptr_t)p + k * reg;
-    c->pages = (size_t)1 << k;
-    c->stride = (c->pages + 1) * pg;
-    c->nslots = (uint32_t)((reg - pg) / c->stride);
-    meta += c->nslots * (sizeof(gslot_t) + sizeof(uint32_t));
+    FX(c).base = (uintptr_t)p + k * reg;
+    FX(c).pages = (size_t)1 << k;
+    FX(c).stride = (FX(c).pages + 1) * pg;
+    FX(c).nslots = (uint32_t)((reg - pg) / FX(c).stride);
+    meta += FX(c).nslots * (sizeof(gslot_t) + sizeof(uint32_t));
   }
   void *m;
   /* RW, but only the records of slots in use are ever touched */
@@ -140,14 +139,14 @@ static bool setup(void) {
   char *q = m;
   for (unsigned k = 0; k < ncls; k++) {
     gclass_t *c = &G.cls[k];
-    c->slot = (gslot_t *)(void *)q;
-    q += c->nslots * sizeof(gslot_t);
-    c->ring = (uint32_t *)(void *)q;
-    q += c->nslots * sizeof(uint32_t);
+    FX(c).slot = (gslot_t *)(void *)q;
+    q += FX(c).nslots * sizeof(gslot_t);
+    FX(c).ring = (uint32_t *)(void *)q;
+    q += FX(c).nslots * sizeof(uint32_t);
   }
   /* markers where the kernel has them: try one on the leading guard page of
    * class 0, which never becomes accessible anyway */
-  GF.markers = !qm_os_guard_install((void *)G.cls[0].base, pg);
+  GF.markers = !qm_os_guard_install((void *)GF.cls[0].base, pg);
   const qm_probe_result_t *r = qm__probe();
   GF.strategy = r->strategy;
   if (GF.strategy == QM_STRATEGY_GUARD && !GF.markers)
@@ -185,15 +184,20 @@ static bool ready_locked(void) {
 /* ---- the quarantine (under G.lock) ---- */
 
 static void ring_push(gclass_t *c, uint32_t i) {
+  QM_CHECK_OP(c->count, <, FX(c).nslots);
   uint32_t at = c->head + c->count;
-  c->ring[at >= c->nslots ? at - c->nslots : at] = i;
+  FX(c).ring[at >= FX(c).nslots ? at - FX(c).nslots : at] = i;
   c->count++;
   G.qcount++;
 }
 
+/* The ring and its counts are writable: an entry or a position past the
+ * class's slots is corruption, caught before it indexes anything. */
 static uint32_t ring_pop(gclass_t *c) {
-  uint32_t i = c->ring[c->head];
-  c->head = c->head + 1 == c->nslots ? 0 : c->head + 1;
+  QM_CHECK_OP(c->head, <, FX(c).nslots);
+  uint32_t i = FX(c).ring[c->head];
+  QM_CHECK_OP(i, <, FX(c).nslots);
+  c->head = c->head + 1 == FX(c).nslots ? 0 : c->head + 1;
   c->count--;
   if (c->dcur)
     c->dcur--;
@@ -209,13 +213,13 @@ static void enforce(unsigned first) {
     gclass_t *c = &G.cls[(first + n) % GF.ncls];
     while (G.qres > G.qbudget && c->dcur < c->count) {
       uint32_t at = c->head + c->dcur++;
-      uint32_t i = c->ring[at >= c->nslots ? at - c->nslots : at];
-      gslot_t *s = &c->slot[i];
+      uint32_t i = FX(c).ring[at >= FX(c).nslots ? at - FX(c).nslots : at];
+      gslot_t *s = &FX(c).slot[i];
       if (!(s->flags & GF_DIRTY))
         continue;
-      qm_os_dontneed((void *)slot_data(c, i), c->pages << qm__page_shift, QM_PROT_NONE);
+      qm_os_dontneed((void *)slot_data(c, i), FX(c).pages << qm__page_shift, QM_PROT_NONE);
       s->flags &= (uint8_t)~GF_DIRTY;
-      G.qres -= c->pages;
+      G.qres -= FX(c).pages;
       G.drops++;
     }
   }
@@ -261,7 +265,7 @@ void *qm__guarded_alloc(size_t n, size_t align) {
   /* a fresh slot costs a fault per page touched, a reused one (protect)
    * none: fresh ones while the quarantine is within its budget, so freed
    * slots age as long as the budget allows */
-  bool can_fresh = c->fresh < c->nslots && (GF.markers || G.maps + 2 <= GF.map_budget);
+  bool can_fresh = c->fresh < FX(c).nslots && (GF.markers || G.maps + 2 <= GF.map_budget);
   /* and while the mapping budget lets the next free split a VMA: past it a
    * free would retire with markers, a page zap (a TLB flush, expensive on
    * a VM) now and a zero-fill fault at reuse; the oldest slot costs one
@@ -278,9 +282,9 @@ void *qm__guarded_alloc(size_t n, size_t align) {
     qm_unlock(&G.lock);
     return NULL;
   }
-  gslot_t *s = &c->slot[i];
+  gslot_t *s = &FX(c).slot[i];
   uintptr_t data = slot_data(c, i);
-  size_t len = c->pages << qm__page_shift;
+  size_t len = FX(c).pages << qm__page_shift;
   int err = 0;
   if (!reused) {
     if (GF.markers) {
@@ -303,7 +307,7 @@ void *qm__guarded_alloc(size_t n, size_t align) {
       G.maps -= 2; /* merged back into its neighbours */
   }
   if (s->flags & GF_DIRTY)
-    G.qres -= c->pages;
+    G.qres -= FX(c).pages;
   if (err) { /* out of mappings or memory: the slot is lost, not the request */
     s->state = G_DEAD;
     s->flags = 0;
@@ -347,9 +351,9 @@ static bool locate(uintptr_t a, gclass_t **cp, uint32_t *ip) {
     return false;
   }
   r -= qm__page;
-  uintptr_t i = r / c->stride;
-  *ip = i < c->nslots ? (uint32_t)i : c->nslots;
-  return i < c->nslots && r % c->stride < c->pages << qm__page_shift;
+  uintptr_t i = r / FX(c).stride;
+  *ip = i < FX(c).nslots ? (uint32_t)i : FX(c).nslots;
+  return i < FX(c).nslots && r % FX(c).stride < FX(c).pages << qm__page_shift;
 }
 
 static void describe_chunk(qm_buf_t *d, const gslot_t *s, uintptr_t user) {
@@ -363,12 +367,12 @@ static _Noreturn QM_COLD void bad_free(const char *op, uintptr_t a, const gclass
                                        bool in_data) {
   qm_buf_t d;
   d.n = 0;
-  if (!in_data || i >= c->nslots) {
+  if (!in_data || i >= FX(c).nslots) {
     qm__report_fatal(op, (void *)a,
                      "not allocated by qmalloc: guard page or unused part of the "
                      "sampled small-chunk slots");
   }
-  const gslot_t *s = &c->slot[i];
+  const gslot_t *s = &FX(c).slot[i];
   uintptr_t user = slot_data(c, i) + s->lead;
   if ((s->state == G_LIVE || s->state == G_QUAR) && a != user) {
     qm_buf_offset(&d, a, user);
@@ -393,12 +397,12 @@ static gslot_t *live_locked(uintptr_t a, const char *op, gclass_t **cp, uint32_t
   bool in_data = locate(a, cp, ip);
   gclass_t *c = *cp;
   uint32_t i = *ip;
-  if (!in_data || c->slot[i].state != G_LIVE || a != slot_data(c, i) + c->slot[i].lead) {
+  if (!in_data || FX(c).slot[i].state != G_LIVE || a != slot_data(c, i) + FX(c).slot[i].lead) {
     qm_unlock(&G.lock);
     bad_free(op, a, c, i, in_data);
   }
-  gslot_t *s = &c->slot[i];
-  uintptr_t end = slot_data(c, i) + (c->pages << qm__page_shift);
+  gslot_t *s = &FX(c).slot[i];
+  uintptr_t end = slot_data(c, i) + (FX(c).pages << qm__page_shift);
   for (uintptr_t x = a + s->size; x < end; x++) {
     if (*(unsigned char *)x == slack_byte(x))
       continue;
@@ -421,7 +425,7 @@ void qm__guarded_free(void *p, const char *op) {
   qm_lock(&G.lock);
   gslot_t *s = live_locked(a, op, &c, &i);
   uintptr_t data = slot_data(c, i);
-  size_t len = c->pages << qm__page_shift;
+  size_t len = FX(c).pages << qm__page_shift;
   uint8_t flags = 0;
   /* guard markers where the strategy says so, or where another split VMA
    * would pass the budget: they drop the pages (a zero-fill fault per page
@@ -445,7 +449,7 @@ void qm__guarded_free(void *p, const char *op) {
   }
   G.marked += flags == GF_MARKED;
   if (flags & GF_DIRTY)
-    G.qres += c->pages;
+    G.qres += FX(c).pages;
   s->state = G_QUAR;
   s->flags = flags;
   G.live--;
@@ -470,10 +474,10 @@ size_t qm__guarded_object_size(uintptr_t a) {
   uint32_t i;
   size_t r = 0;
   qm_lock(&G.lock);
-  if (locate(a, &c, &i) && c->slot[i].state == G_LIVE) {
-    uintptr_t user = slot_data(c, i) + c->slot[i].lead;
-    if (a >= user && a - user < c->slot[i].size)
-      r = c->slot[i].size - (a - user);
+  if (locate(a, &c, &i) && FX(c).slot[i].state == G_LIVE) {
+    uintptr_t user = slot_data(c, i) + FX(c).slot[i].lead;
+    if (a >= user && a - user < FX(c).slot[i].size)
+      r = FX(c).slot[i].size - (a - user);
   }
   qm_unlock(&G.lock);
   return r;
@@ -489,13 +493,13 @@ bool qm__guarded_describe(uintptr_t a, const char **what, qm_buf_t *d) {
   /* racy reads of the records: the fault came from an access to the slot,
    * so at worst they are a moment old */
   bool in_data = locate(a, &c, &i);
-  if (i == NONE32 || i >= c->nslots || (!in_data && c->slot[i].state == G_FRESH)) {
+  if (i == NONE32 || i >= FX(c).nslots || (!in_data && FX(c).slot[i].state == G_FRESH)) {
     *what = i == NONE32 ? "heap underflow" : "wild access";
     qm_buf_str(d, i == NONE32 ? "guard page before the first sampled small-chunk slot"
                               : "unused part of the sampled small-chunk slots");
     return true;
   }
-  const gslot_t *s = &c->slot[i];
+  const gslot_t *s = &FX(c).slot[i];
   uintptr_t user = slot_data(c, i) + s->lead, end = user + s->size;
   bool freed = s->state == G_QUAR;
   if (!in_data) {

@@ -73,6 +73,11 @@ void *qm__boot_alloc(size_t n) {
   return (void *)(qm__boot_base + at);
 }
 
+bool qm__boot_on_guard(uintptr_t a) {
+  return qm__boot_base &&
+         (a - (qm__boot_base - qm__page) < qm__page || a - (qm__boot_base + BOOT_BYTES) < qm__page);
+}
+
 bool qm__boot_owns(const void *p) {
   return (uintptr_t)p - qm__boot_base < BOOT_BYTES && qm__boot_base;
 }

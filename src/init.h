@@ -32,6 +32,8 @@ void *qm__boot_alloc(size_t n);
 /* Whether p is in the arena; then size and free take only a live chunk's
  * start and report anything else as `op` (free: invalid or double free). */
 bool qm__boot_owns(const void *p);
+/* Whether a is on one of the arena's guard pages (for the SIGSEGV report). */
+bool qm__boot_on_guard(uintptr_t a);
 size_t qm__boot_size(const void *p, const char *op);
 void qm__boot_free(void *p);
 

@@ -31,6 +31,15 @@ typedef struct qm_large_fixed {
   size_t map_budget; /* mappings the large quarantine may add */
   size_t thp_size;   /* PMD size where THP can be had, else 0 */
 } qm_large_fixed_t;
+struct gslot;
+#define QM_GUARDED_CLASSES 8 /* slot classes of 1 .. 128 pages */
+typedef struct qm_gclass_fixed {
+  uintptr_t base;       /* the region: leading guard page, then slots */
+  size_t pages, stride; /* data pages per slot; bytes per slot, guard included */
+  uint32_t nslots;      /* slots */
+  struct gslot *slot;   /* nslots records */
+  uint32_t *ring;       /* quarantine FIFO, nslots entries */
+} qm_gclass_fixed_t;
 typedef struct qm_guarded_fixed {
   uintptr_t base;           /* the slots' reservation, 0 until set up */
   size_t span;              /* its length */
@@ -38,6 +47,7 @@ typedef struct qm_guarded_fixed {
   bool markers;             /* MADV_GUARD_INSTALL works */
   size_t map_budget;        /* mappings the slots may add */
   unsigned ncls, reg_shift; /* slot classes, and log2 of each one's region */
+  qm_gclass_fixed_t cls[QM_GUARDED_CLASSES];
 } qm_guarded_fixed_t;
 extern qm_large_fixed_t *qm__lfix;
 extern qm_guarded_fixed_t *qm__gfix;
