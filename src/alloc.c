@@ -125,7 +125,7 @@ static QM_COLD void large_free(void *p) {
     return;
   }
   if (qm_guarded_owns(p)) {
-    qm__guarded_free(p, "invalid free of");
+    qm__guarded_free(p, qm__op_free);
     return;
   }
   qm__large_free(p);
@@ -274,28 +274,29 @@ QM_EXPORT void *qm_pvalloc(size_t n) {
  * not a live chunk, naming op. */
 typedef struct held {
   size_t size, usable;
-  const char *kind;
+  const char *kind; /* for the report */
+  bool large;
 } held_t;
 
 static held_t held_of(const char *op, void *p) {
   uintptr_t off = (uintptr_t)p - qm__pbase;
   if (off < qm__pspan) {
     if ((off >> qm__rshift) == QM_ZCLASS)
-      return (held_t){qm__zero_check(op, p), 0, "small"};
+      return (held_t){qm__zero_check(op, p), 0, "small", false};
     unsigned c;
     uint64_t *e, w;
     qm__small_check(op, p, off, &c, &e, &w);
-    return (held_t){qm_e_size(w), qm_e_size(w), "small"};
+    return (held_t){qm_e_size(w), qm_e_size(w), "small", false};
   }
   if (qm__boot_owns(p)) {
     size_t n = qm__boot_size(p, op);
-    return (held_t){n, n, "small"};
+    return (held_t){n, n, "small", false};
   }
   if (qm_guarded_owns(p)) {
     size_t n = qm__guarded_size(p, op);
-    return (held_t){n, n, "sampled small"};
+    return (held_t){n, n, "sampled small", false};
   }
-  return (held_t){qm__large_size(p, op), qm__large_usable(p, op), "large"};
+  return (held_t){qm__large_size(p, op), qm__large_usable(p, op), "large", true};
 }
 
 QM_EXPORT size_t qm_malloc_usable_size(void *p) {
@@ -327,14 +328,14 @@ static bool size_names(size_t held, size_t passed, size_t align, bool cxx) {
  *    over-aligned and freed as plain is not told apart);
  *  - zero-size and start-up chunks: never over-aligned;
  *  - guarded slots: the pointer's alignment only. */
-static bool align_names(void *p, size_t n, size_t align, const char *kind) {
+static bool align_names(void *p, size_t n, size_t align, bool large) {
   if (!qm_is_pow2(align) || ((uintptr_t)p & (align - 1)))
     return false;
   size_t a = align > QM_MIN_ALIGN ? align : QM_MIN_ALIGN;
   uintptr_t off = (uintptr_t)p - qm__pbase;
-  if (kind[0] == 'l') {
+  if (large) {
     size_t had;
-    qm__large_held(p, "invalid free of", &had);
+    qm__large_held(p, qm__op_free, &had);
     return had == a;
   }
   if (off < qm__pspan) {
@@ -349,12 +350,12 @@ static bool align_names(void *p, size_t n, size_t align, const char *kind) {
 void qm__free_checked(const char *call, void *p, size_t align, size_t size, unsigned how) {
   if (!p)
     return;
-  held_t h = held_of("invalid free of", p);
+  held_t h = held_of(qm__op_free, p);
   bool sized = how & QM_FREE_SIZED, aligned = how & QM_FREE_ALIGNED;
   if ((sized && !size_names(h.size, size, align, how & QM_FREE_CXX)) ||
-      (aligned && !align_names(p, h.size, align, h.kind)))
+      (aligned && !align_names(p, h.size, align, h.large)))
     qm__report_size_mismatch(call, p, sized, size, aligned, align, h.kind, h.size,
-                             h.kind[0] == 'l' ? qm__large_report_stacks : NULL);
+                             h.large ? qm__large_report_stacks : NULL);
   qm_free(p);
 }
 

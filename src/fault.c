@@ -1,7 +1,7 @@
 /* fault.c: the SIGSEGV handler that explains faults in qmalloc's guards:
  * one line from the large or the small side's description of the address,
- * then, for a large chunk, the stack of the access and the chunk's own
- * stacks. It only prints (write(2), no lock, no allocation) and returns: the
+ * the stack of the access, for a large chunk its own kept stacks, and the
+ * SUMMARY line. It only prints (write(2), no lock, no allocation) and returns: the
  * retried access kills the process with the signal it would have had.
  */
 #include "fault.h"
@@ -23,7 +23,7 @@ static void fault_handler_install(void);
 
 /* ---- describing small-chunk addresses (for the SIGSEGV report) ---- */
 
-bool qm__small_describe(uintptr_t a, const char **what, qm_buf_t *d) {
+bool qm__small_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
   if (qm__guarded_describe(a, what, d))
     return true;
   if (qm__boot_on_guard(a)) {
@@ -33,7 +33,7 @@ bool qm__small_describe(uintptr_t a, const char **what, qm_buf_t *d) {
   }
   uintptr_t off = a - qm__pbase;
   if (a < qm__pbase && qm__pbase - a <= qm__page && qm__pspan) {
-    *what = "wild access";
+    *what = QM_ACC_WILD;
     qm_buf_str(d, "guard page below the small-chunk heap");
     return true;
   }
@@ -46,13 +46,13 @@ bool qm__small_describe(uintptr_t a, const char **what, qm_buf_t *d) {
   if (roff < atomic_load_explicit(&qm__committed[c], memory_order_relaxed)) {
     if (!qm_on_guard(roff))
       return false; /* RW memory: whatever faulted there, it was not qmalloc's guard */
-    *what = "heap overflow or underflow";
+    *what = QM_ACC_GUARD;
     qm_buf_str(d, "guard page between runs of small chunks of class ");
     qm_buf_dec(d, qm__class[c].size);
     qm_buf_str(d, " bytes");
     return true;
   }
-  *what = "wild access";
+  *what = QM_ACC_WILD;
   qm_buf_str(d, "unused part of the small-chunk heap, class ");
   qm_buf_dec(d, qm__class[c].size);
   qm_buf_str(d, " bytes");
@@ -73,23 +73,40 @@ static void default_action(void) {
   sigaction(SIGSEGV, &sa, NULL);
 }
 
-/* The first line of a SIGSEGV explanation; whether addr is a large chunk's. */
-static __attribute__((noinline)) bool segv_line(uintptr_t a, const void *ctx, bool *large) {
+/* The first line of a SIGSEGV explanation; whether addr is a large chunk's
+ * and what the access hit. A fault inside a live chunk is no error qmalloc
+ * found (the program's own mprotect, say): its line says what was hit
+ * without "ERROR". */
+static __attribute__((noinline)) bool segv_line(uintptr_t a, const void *ctx, bool *large,
+                                                qm_access_t *kind) {
   qm_buf_t d;
   d.n = 0;
-  const char *what = NULL;
-  *large = qm__large_describe(a, &what, &d);
-  if (!*large && !qm__small_describe(a, &what, &d))
+  *large = qm__large_describe(a, kind, NULL, &d);
+  if (!*large && !qm__small_describe(a, kind, &d))
     return false;
-  char w[96];
-  size_t n = 0;
-  const char *parts[3] = {what, "", " at"};
+  const char *rw = "";
 #if defined(__x86_64__)
   const ucontext_t *uc = ctx;
-  parts[1] = uc->uc_mcontext.gregs[REG_ERR] & 2 ? " (write)" : " (read)";
+  rw = uc->uc_mcontext.gregs[REG_ERR] & 2 ? " (write)" : " (read)";
 #else
   (void)ctx;
 #endif
+  qm_buf_t b;
+  b.n = 0;
+  if (*kind == QM_ACC_LIVE) {
+    qm_buf_str(&b, "qmalloc: SIGSEGV");
+    qm_buf_str(&b, rw);
+    qm_buf_str(&b, " at ");
+    qm_buf_hex(&b, a);
+    qm_buf_str(&b, " (");
+    qm_buf_mem(&b, d.s, d.n);
+    qm_buf_str(&b, "): inside a live chunk, not at a guard of qmalloc's\n");
+    qm__report_out(&b);
+    return true;
+  }
+  char w[96];
+  size_t n = 0;
+  const char *parts[3] = {qm__access_name(*kind), rw, " at"};
   for (unsigned k = 0; k < 3; k++)
     for (const char *c = parts[k]; *c && n < sizeof w - 1; c++)
       w[n++] = *c;
@@ -99,9 +116,11 @@ static __attribute__((noinline)) bool segv_line(uintptr_t a, const void *ctx, bo
 }
 
 /* The stack of the faulting access: unwound through the signal frame, and
- * printed from the interrupted instruction on. */
-static __attribute__((noinline)) void segv_stack(const void *ctx) {
-  uintptr_t pc[QM_STACK_MAX];
+ * printed from the interrupted instruction on; *first gets its first frame
+ * (pc + *first is the access). Printed whatever stack_frames says: that
+ * option bounds the stacks kept per chunk. */
+static __attribute__((noinline)) unsigned segv_stack(const void *ctx, uintptr_t *pc,
+                                                     unsigned *first) {
   unsigned n = qm__stack_capture(pc, QM_STACK_MAX), k = 0;
 #if defined(__x86_64__)
   const ucontext_t *uc = ctx;
@@ -113,14 +132,9 @@ static __attribute__((noinline)) void segv_stack(const void *ctx) {
 #else
   (void)ctx;
 #endif
-  qm_buf_t b;
-  b.n = 0;
-  qm_buf_str(&b, "  accessed by thread ");
-  qm_buf_dec(&b, qm__thread_id());
-  qm_buf_str(&b, " here:\n");
-  qm__report_out(&b);
-  unsigned frames = (unsigned)qm__opt.stack_frames;
-  qm__stack_print(pc + k, n - k < frames ? n - k : frames);
+  qm__report_call_stack("accessed", pc + k, n - k);
+  *first = k;
+  return n;
 }
 
 static void on_segv(int sig, siginfo_t *si, void *ctx) {
@@ -133,12 +147,16 @@ static void on_segv(int sig, siginfo_t *si, void *ctx) {
    * the process dies of the SIGSEGV itself, as it would without qmalloc */
   uintptr_t a = (uintptr_t)si->si_addr;
   bool large;
-  if (!segv_line(a, ctx, &large))
+  qm_access_t kind;
+  if (!segv_line(a, ctx, &large, &kind))
     return; /* the retried access kills */
-  if (large && qm__opt.stack_frames) {
-    segv_stack(ctx);
+  uintptr_t pc[QM_STACK_MAX];
+  unsigned k, n = segv_stack(ctx, pc, &k);
+  if (kind == QM_ACC_LIVE)
+    return;
+  if (large)
     qm__large_report_stacks((const void *)a);
-  }
+  qm__report_summary(qm__access_name(kind), pc + k, n - k);
 }
 
 /* Installed only over the default disposition, one-shot: a program that

@@ -382,7 +382,7 @@ static _Noreturn QM_COLD void bad_free(const char *op, uintptr_t a, const gclass
     qm_buf_str(&d, "sampled small chunk, ");
     qm_buf_dec(&d, s->size);
     qm_buf_str(&d, " bytes");
-    if (!strcmp(op, "invalid free of"))
+    if (op == qm__op_free)
       qm__report_fatal_buf("double free of", (void *)a, &d);
     qm_buf_str(&d, ", already freed");
   } else {
@@ -485,7 +485,7 @@ size_t qm__guarded_object_size(uintptr_t a) {
 
 /* ---- describing addresses ---- */
 
-bool qm__guarded_describe(uintptr_t a, const char **what, qm_buf_t *d) {
+bool qm__guarded_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
   if (!qm_guarded_owns((void *)a) || atomic_load_explicit(&G.ready, memory_order_acquire) <= 0)
     return false;
   gclass_t *c;
@@ -494,7 +494,7 @@ bool qm__guarded_describe(uintptr_t a, const char **what, qm_buf_t *d) {
    * so at worst they are a moment old */
   bool in_data = locate(a, &c, &i);
   if (i == NONE32 || i >= FX(c).nslots || (!in_data && FX(c).slot[i].state == G_FRESH)) {
-    *what = i == NONE32 ? "heap underflow" : "wild access";
+    *what = i == NONE32 ? QM_ACC_UNDERFLOW : QM_ACC_WILD;
     qm_buf_str(d, i == NONE32 ? "guard page before the first sampled small-chunk slot"
                               : "unused part of the sampled small-chunk slots");
     return true;
@@ -504,23 +504,23 @@ bool qm__guarded_describe(uintptr_t a, const char **what, qm_buf_t *d) {
   bool freed = s->state == G_QUAR;
   if (!in_data) {
     /* the guard after slot i: an overflow out of it */
-    *what = "heap overflow";
+    *what = QM_ACC_OVERFLOW;
     size_t past = a - end + 1;
     qm_buf_dec(d, past);
     qm_buf_str(d, past == 1 ? " byte past the end of " : " bytes past the end of ");
     if (freed)
       qm_buf_str(d, "freed ");
   } else if (freed) {
-    *what = "use-after-free";
+    *what = QM_ACC_UAF;
     qm_buf_offset(d, a, user);
     qm_buf_str(d, " in freed ");
   } else if (s->state == G_LIVE) {
-    *what = "access";
+    *what = QM_ACC_LIVE;
     qm_buf_str(d, "offset ");
     qm_buf_dec(d, a > user ? a - user : 0);
     qm_buf_str(d, " in ");
   } else {
-    *what = "wild access";
+    *what = QM_ACC_WILD;
     qm_buf_str(d, "sampled small-chunk slot not in use");
     return true;
   }

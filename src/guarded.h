@@ -14,6 +14,7 @@
 #include "qm.h"
 #include "qmalloc.h"
 #include "ro.h"
+#include "report.h"
 
 /* The per-thread countdown to the next sampled malloc: the one thing the
  * malloc fast path pays for sampling (a decrement and a branch). Starts at 1
@@ -48,7 +49,7 @@ size_t qm__guarded_size(void *p, const char *op);
 /* Bytes from a to the end of the live chunk holding it; 0 elsewhere. */
 size_t qm__guarded_object_size(uintptr_t a);
 /* For the SIGSEGV report and qm_describe; lock-free, allocation-free. */
-bool qm__guarded_describe(uintptr_t a, const char **what, qm_buf_t *d);
+bool qm__guarded_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d);
 void qm__guarded_stats(qm_stats_t *s);
 /* Of a mapping budget of `total` VMAs, how many the guarded slots keep for
  * themselves (the secondary takes its budget from the rest). */

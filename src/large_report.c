@@ -9,7 +9,7 @@
 #include "large.h"
 #include "report.h"
 
-bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
+bool qm__large_describe(uintptr_t a, qm_access_t *what, uintptr_t *user, qm_buf_t *d) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !LF.blk)
     return false;
   size_t n = S.nblk;
@@ -20,29 +20,31 @@ bool qm__large_describe(uintptr_t a, const char **what, qm_buf_t *d) {
     /* a racy read of the record: the fault came from an access to it, so
      * at worst the words are those of a moment earlier */
     uintptr_t u = user_of(b);
+    if (user)
+      *user = u;
     bool freed = b->state == B_QUAR || (b->state == B_BUSY && (b->flags & F_FREED));
     if (freed && a >= b->usable && a < u) {
       /* the chunk's memory before its last user pointer: a THP chunk's
        * lead, which an earlier use of the chunk may have started in */
-      *what = "use-after-free";
+      *what = QM_ACC_UAF;
       qm_buf_dec(d, u - a);
       qm_buf_str(d, u - a == 1 ? " byte before freed " : " bytes before freed ");
     } else if (a < u) {
-      *what = "heap underflow";
+      *what = QM_ACC_UNDERFLOW;
       qm_buf_dec(d, u - a);
       qm_buf_str(d, u - a == 1 ? " byte before " : " bytes before ");
     } else if (freed) {
-      *what = "use-after-free";
+      *what = QM_ACC_UAF;
       qm_buf_str(d, "offset ");
       qm_buf_dec(d, a - u);
       qm_buf_str(d, " in freed ");
     } else if (a - u >= b->size) {
-      *what = "heap overflow";
+      *what = QM_ACC_OVERFLOW;
       size_t past = a - u - b->size + 1;
       qm_buf_dec(d, past);
       qm_buf_str(d, past == 1 ? " byte past the end of " : " bytes past the end of ");
     } else {
-      *what = "access";
+      *what = QM_ACC_LIVE;
       qm_buf_str(d, "offset ");
       qm_buf_dec(d, a - u);
       qm_buf_str(d, " in ");

@@ -9,10 +9,12 @@
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "options.h"
+#include "stack.h"
 
 static atomic_int reporting;
 
@@ -138,7 +140,92 @@ static void emit_error(const char *what, const void *ptr, const char *details, s
   qm__report_out(&b);
 }
 
+/* The stack of the call that found the error, printed after the report's
+ * first line, and the frame the SUMMARY line names: the caller's frames
+ * outside qmalloc, taken here, on the way to abort, so that no fast path
+ * pays for it. stack_frames=0 drops the stacks kept per chunk, not this
+ * one (it then has the default's 16 frames). */
+typedef struct offender {
+  uintptr_t pc[QM_STACK_MAX];
+  unsigned n;
+} offender_t;
+
+static unsigned call_frames(void) {
+  unsigned f = (unsigned)qm__opt.stack_frames;
+  return f ? f : 16;
+}
+
+void qm__report_call_stack(const char *heading, const uintptr_t *pc, unsigned n) {
+  qm_buf_t b;
+  b.n = 0;
+  qm_buf_str(&b, "  ");
+  qm_buf_str(&b, heading);
+  qm_buf_str(&b, " by thread ");
+  qm_buf_dec(&b, qm__thread_id());
+  qm_buf_str(&b, " here:\n");
+  qm__report_out(&b);
+  qm__stack_print(pc, n < call_frames() ? n : call_frames());
+}
+
+void qm__report_summary(const char *kind, const uintptr_t *pc, unsigned n) {
+  qm_buf_t b;
+  b.n = 0;
+  qm_buf_str(&b, "SUMMARY: qmalloc: ");
+  /* the kind is the first line's words before the address ("double
+   * free of" -> "double free") */
+  size_t len = 0;
+  while (kind[len])
+    len++;
+  if (len > 3 && (!memcmp(kind + len - 3, " of", 3) || !memcmp(kind + len - 3, " at", 3)))
+    len -= 3;
+  else if (len > 1 && kind[len - 1] == ':')
+    len--;
+  qm_buf_mem(&b, kind, len);
+  if (n) {
+    qm_buf_str(&b, " ");
+    qm__frame_where(&b, pc[0]);
+  }
+  qm_buf_str(&b, "\n");
+  qm__report_out(&b);
+}
+
+static __attribute__((noinline)) void offending_call(offender_t *o) {
+  o->n = qm__stack_capture(o->pc, QM_STACK_MAX);
+  qm__report_call_stack("detected in a call", o->pc, o->n);
+}
+
+const char qm__op_free[] = "invalid free of";
+
+const char *qm__access_name(qm_access_t k) {
+  switch (k) {
+  case QM_ACC_UAF:
+    return "use-after-free";
+  case QM_ACC_OVERFLOW:
+    return "heap overflow";
+  case QM_ACC_UNDERFLOW:
+    return "heap underflow";
+  case QM_ACC_GUARD:
+    return "heap overflow or underflow";
+  case QM_ACC_WILD:
+    return "wild access";
+  case QM_ACC_LIVE:
+    break;
+  }
+  return "access";
+}
+
 static _Noreturn void die(void) { abort(); }
+
+/* The lines after the first: the offending call's stack, the chunk's kept
+ * stacks (tail), the SUMMARY line; then abort. */
+static _Noreturn void finish(const char *what, const void *ptr, qm_report_tail_t tail) {
+  offender_t o;
+  offending_call(&o);
+  if (tail)
+    tail(ptr);
+  qm__report_summary(what, o.pc, o.n);
+  die();
+}
 
 void qm__report_line(const char *what, const void *ptr, const char *details, size_t dlen) {
   emit_error(what, ptr, details, dlen);
@@ -149,9 +236,7 @@ _Noreturn void qm__report_fatal_tail(const char *what, const void *ptr, qm_buf_t
   if (atomic_exchange(&reporting, 1))
     die();
   emit_error(what, ptr, details->s, details->n);
-  if (tail)
-    tail(ptr);
-  die();
+  finish(what, ptr, tail);
 }
 
 _Noreturn void qm__report_fatal(const char *what, const void *ptr, const char *details) {
@@ -161,14 +246,14 @@ _Noreturn void qm__report_fatal(const char *what, const void *ptr, const char *d
   while (details && details[len])
     len++;
   emit_error(what, ptr, details, len);
-  die();
+  finish(what, ptr, NULL);
 }
 
 _Noreturn void qm__report_fatal_buf(const char *what, const void *ptr, qm_buf_t *details) {
   if (atomic_exchange(&reporting, 1))
     die();
   emit_error(what, ptr, details->s, details->n);
-  die();
+  finish(what, ptr, NULL);
 }
 
 _Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t len, int err) {
@@ -203,7 +288,7 @@ _Noreturn void qm__check_failed(const char *file, int line, const char *what, ui
   if (atomic_exchange(&reporting, 1))
     die();
   emit_error("internal check failed:", NULL, d.s, d.n);
-  die();
+  finish("internal check failed:", NULL, NULL);
 }
 
 void qm__warn_buf(qm_buf_t *line) {

@@ -293,12 +293,12 @@ static void describe_block(qm_buf_t *d, const block_t *b, const char *state) {
 static _Noreturn void report_bad_pointer(const char *what, void *p) {
   qm_buf_t d;
   d.n = 0;
-  const char *kind = "";
-  if (qm__large_describe((uintptr_t)p, &kind, &d)) {
+  qm_access_t kind;
+  uintptr_t user = 0;
+  if (qm__large_describe((uintptr_t)p, &kind, &user, &d)) {
     /* a chunk being unmapped has left the table already: freeing its user
      * pointer again is still a double free */
-    if (!strcmp(kind, "use-after-free") && !strcmp(what, "invalid free of") && d.n > 9 &&
-        !memcmp(d.s, "offset 0 ", 9))
+    if (kind == QM_ACC_UAF && what == qm__op_free && (uintptr_t)p == user)
       qm__report_fatal_tail("double free of", p, &d, qm__large_report_stacks);
     qm__report_fatal_tail(what, p, &d, qm__large_report_stacks);
   }
@@ -319,7 +319,7 @@ static uint32_t find_live_locked(void *p, const char *what) {
     qm_unlock(&S.lock);
     qm_buf_t d;
     d.n = 0;
-    bool is_free = !strcmp(what, "invalid free of");
+    bool is_free = what == qm__op_free;
     describe_block(&d, &copy, is_free ? "" : "freed ");
     qm__report_fatal_tail(is_free ? "double free of" : what, p, &d, qm__large_report_stacks);
   }
@@ -372,10 +372,10 @@ static void retire_block(uint32_t i, bool unmap_now) {
 
 void qm__large_free(void *p) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
-    qm__report_fatal("invalid free of", p, "not allocated by qmalloc");
+    qm__report_fatal(qm__op_free, p, "not allocated by qmalloc");
   trace_t t;
   qm__trace_capture(&t);
-  uint32_t i = find_live_locked(p, "invalid free of");
+  uint32_t i = find_live_locked(p, qm__op_free);
   block_t *b = B(i);
   b->state = B_BUSY;
   b->flags |= F_FREED;

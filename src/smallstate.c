@@ -70,7 +70,7 @@ static _Noreturn QM_COLD void small_error(const char *op, void *p, uintptr_t ch,
     qm_buf_str(&d, "small chunk, ");
     qm_buf_dec(&d, qm_e_size(w));
     qm_buf_str(&d, " bytes");
-    if (!strcmp(op, "invalid free of"))
+    if (op == qm__op_free)
       qm__report_fatal_buf("double free of", p, &d);
     qm_buf_str(&d, ", already freed");
   } else if (qm_e_state(w) == QM_CHUNK_ALLOC) {
@@ -495,12 +495,12 @@ void qm__small_free_nested(void *p) {
     qm__report_fatal_buf("double free of", p, &d);
   }
   if ((off >> qm__rshift) == QM_ZCLASS) {
-    qm__zero_free(p, "invalid free of"); /* under its own lock, no cache */
+    qm__zero_free(p, qm__op_free); /* under its own lock, no cache */
     return;
   }
   unsigned c;
   uint64_t *e, w;
-  qm__small_check("invalid free of", p, off, &c, &e, &w);
+  qm__small_check(qm__op_free, p, off, &c, &e, &w);
   if (nnested < NESTED_CAP)
     nested[nnested++] = a;
   else
@@ -509,13 +509,13 @@ void qm__small_free_nested(void *p) {
 
 void qm__small_free_slow(void *p, uintptr_t off) {
   if ((off >> qm__rshift) == QM_ZCLASS) {
-    qm__zero_free(p, "invalid free of");
+    qm__zero_free(p, qm__op_free);
     qm_freeing_clear();
     return;
   }
   unsigned c;
   uint64_t *e, w;
-  uintptr_t ch = qm__small_check("invalid free of", p, off, &c, &e, &w);
+  uintptr_t ch = qm__small_check(qm__op_free, p, off, &c, &e, &w);
   unsigned owner = qm_e_owner(w), me = my_id();
   if (owner && owner == me) {
     uint64_t fw = qm_e_freed(w);
@@ -525,7 +525,7 @@ void qm__small_free_slow(void *p, uintptr_t off) {
     uint64_t fw;
     while (!__atomic_compare_exchange_n(e, &w, fw = qm_e_freed(w), false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED))
-      ch = qm__small_check("invalid free of", p, off, &c, &e, &w); /* another free won: reports */
+      ch = qm__small_check(qm__op_free, p, off, &c, &e, &w); /* another free won: reports */
     qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
   } else {
     /* the owner may be changing the entry with plain stores: if it freed
@@ -533,7 +533,7 @@ void qm__small_free_slow(void *p, uintptr_t off) {
      * overwrites SENT and the owner reports when the chunk reaches it */
     while (!__atomic_compare_exchange_n(e, &w, qm_e_sent(w), false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED))
-      qm__small_check("invalid free of", p, off, &c, &e, &w);
+      qm__small_check(qm__op_free, p, off, &c, &e, &w);
     if (qm_e_owner(w) == me && me) { /* it became this thread's meanwhile */
       uint64_t fw = qm_e_freed(w);
       qm_entry_store(e, fw);

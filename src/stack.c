@@ -281,11 +281,7 @@ static const char *dyn_symbol(const module_t *m, uintptr_t pc, uintptr_t *start)
 
 static char exe[512];
 
-void qm__frame_format(qm_buf_t *b, unsigned n, uintptr_t pc) {
-  qm_buf_str(b, "#");
-  qm_buf_dec(b, n);
-  qm_buf_str(b, " ");
-  qm_buf_hex(b, pc);
+void qm__frame_where(qm_buf_t *b, uintptr_t pc) {
   module_t m;
   if (!find_module(pc, &m))
     return;
@@ -297,7 +293,7 @@ void qm__frame_format(qm_buf_t *b, unsigned n, uintptr_t pc) {
     }
     name = exe[0] ? exe : "<main>";
   }
-  qm_buf_str(b, " (");
+  qm_buf_str(b, "(");
   qm_buf_str(b, name);
   qm_buf_str(b, "+");
   qm_buf_hex(b, pc - m.base);
@@ -310,6 +306,19 @@ void qm__frame_format(qm_buf_t *b, unsigned n, uintptr_t pc) {
     qm_buf_str(b, "+");
     qm_buf_hex(b, pc - start);
   }
+}
+
+void qm__frame_format(qm_buf_t *b, unsigned n, uintptr_t pc) {
+  qm_buf_str(b, "#");
+  qm_buf_dec(b, n);
+  qm_buf_str(b, " ");
+  qm_buf_hex(b, pc);
+  size_t mark = b->n;
+  qm_buf_str(b, " ");
+  size_t at = b->n;
+  qm__frame_where(b, pc);
+  if (b->n == at)
+    b->n = mark;
 }
 
 void qm__stack_print(const uintptr_t *pc, unsigned n) {

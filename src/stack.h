@@ -34,6 +34,10 @@ void qm__unwind_fork_child(void);
  * dl_iterate_phdr, the symbol from the module's dynamic symbol table. */
 void qm__frame_format(qm_buf_t *b, unsigned n, uintptr_t pc);
 
+/* "(module+0xOFF) symbol+0xN" of one frame (the part of a frame's line
+ * after its pc; nothing when no module holds pc): the SUMMARY line's. */
+void qm__frame_where(qm_buf_t *b, uintptr_t pc);
+
 /* Prints n frames, one a line indented by four, with qm__report_out();
  * "(no stack recorded)" for none. */
 void qm__stack_print(const uintptr_t *pc, unsigned n);

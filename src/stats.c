@@ -127,15 +127,15 @@ QM_EXPORT void qm_malloc_stats(void) {
 QM_EXPORT int qm_describe(const void *addr, char *buf, size_t cap) {
   qm_buf_t d;
   d.n = 0;
-  const char *what = NULL;
-  bool ok = qm__large_describe((uintptr_t)addr, &what, &d) ||
+  qm_access_t what = QM_ACC_WILD;
+  bool ok = qm__large_describe((uintptr_t)addr, &what, NULL, &d) ||
             qm__small_describe((uintptr_t)addr, &what, &d);
   if (!cap)
     return ok;
   qm_buf_t out;
   out.n = 0;
   if (ok) {
-    qm_buf_str(&out, what);
+    qm_buf_str(&out, qm__access_name(what));
     qm_buf_str(&out, ": ");
     qm_buf_mem(&out, d.s, d.n);
   } else {

@@ -136,7 +136,7 @@ _Noreturn void qm__zero_error(const char *op, void *p) {
   size_t i = slot_of(p);
   if (i == SIZE_MAX)
     qm__report_fatal(op, p, "not allocated by qmalloc: inside the zero-size region");
-  if (i < next && op[0] == 'i') /* "invalid free of" a slot handed out before */
+  if (i < next && op == qm__op_free) /* a slot handed out before */
     qm__report_fatal("double free of", p, "zero-size chunk");
   qm__report_fatal(op, p, i < next ? "freed zero-size chunk" : "zero-size chunk never allocated");
 }
@@ -182,7 +182,7 @@ size_t qm__zero_check(const char *op, void *p) {
 
 /* Lock-free: called from the SIGSEGV handler; a racy answer only words the
  * report differently. */
-bool qm__zero_describe(uintptr_t a, const char **what, qm_buf_t *d) {
+bool qm__zero_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
   uintptr_t off = a - qm_region(QM_ZCLASS);
   size_t i = off / QM_MIN_ALIGN;
   uintptr_t base = qm_region(QM_ZCLASS) + i * QM_MIN_ALIGN;
@@ -191,17 +191,17 @@ bool qm__zero_describe(uintptr_t a, const char **what, qm_buf_t *d) {
   uint64_t *l = leaf[i / LEAF_BITS];
   bool live = l && (l[(i % LEAF_BITS) / 64] >> (i % 64) & 1);
   if (live) {
-    *what = "heap overflow";
+    *what = QM_ACC_OVERFLOW;
     qm_buf_dec(d, a - base + 1);
     qm_buf_str(d, a == base ? " byte past the end of " : " bytes past the end of ");
     qm_buf_str(d, "zero-size chunk at ");
   } else if (i < next) {
-    *what = "use-after-free";
+    *what = QM_ACC_UAF;
     qm_buf_str(d, "offset ");
     qm_buf_dec(d, a - base);
     qm_buf_str(d, " in freed zero-size chunk at ");
   } else {
-    *what = "wild access";
+    *what = QM_ACC_WILD;
     qm_buf_str(d, "zero-size region, never allocated, at ");
   }
   qm_buf_hex(d, base);

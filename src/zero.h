@@ -11,6 +11,7 @@
 
 #include "fmt.h"
 #include "qm.h"
+#include "report.h"
 
 /* A fresh zero-size pointer, unique among the live ones; NULL + ENOMEM when
  * the region's slots or the bitmap's memory run out. */
@@ -21,7 +22,7 @@ void qm__zero_free(void *p, const char *op);
 size_t qm__zero_check(const char *op, void *p);
 _Noreturn void qm__zero_error(const char *op, void *p) QM_COLD;
 /* For the SIGSEGV report: what an access at a in the region hit. */
-bool qm__zero_describe(uintptr_t a, const char **what, qm_buf_t *d);
+bool qm__zero_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d);
 #ifdef QM_TEST_HOOKS
 /* Test hook: the region's slots are capped at slots (SIZE_MAX: none; never
  * below those the bump handed out); returns those. */

@@ -24,7 +24,7 @@ qm_stats_t stats() {
 
 std::string fault_regex(const char *what, const char *rw, const std::string &where, size_t n) {
   return "^" QM_ERR + std::string(what) + " \\(" + rw + "\\) at " HEX " \\(" + where +
-         "sampled small chunk of " + std::to_string(n) + " bytes at " HEX "\\)\n$";
+         "sampled small chunk of " + std::to_string(n) + " bytes at " HEX "\\)\n" QM_FAULT_END;
 }
 
 // The checks both suites make; `suite` only names them.
@@ -66,7 +66,7 @@ void check_overflow(size_t n) {
         },
         "^" QM_ERR "heap overflow past small chunk " HEX " \\(sampled small chunk, " +
             std::to_string(n) + " bytes, written past the end at offset " + std::to_string(n) +
-            "\\)\n$");
+            "\\)\n" QM_END);
     EXPECT_EXIT(poke(p, (n + 15) / 16 * 16), testing::KilledBySignal(SIGSEGV),
                 fault_regex("heap overflow", "write",
                             std::to_string((n + 15) / 16 * 16 - n + 1) + " bytes past the end of ",
@@ -113,18 +113,18 @@ void check_sizes_and_frees(size_t n) {
       << buf;
   EXPECT_DEATH(qm_free(p + 1), "^" QM_ERR "invalid free of " HEX " \\(offset 1 in sampled small "
                                "chunk of " +
-                                   std::to_string(n) + " bytes at " HEX "\\)\n$");
+                                   std::to_string(n) + " bytes at " HEX "\\)\n" QM_END);
   EXPECT_DEATH(qm_free_sized(p, n + 1),
                "^" QM_ERR "size mismatch in free_sized of " HEX " \\(passed " +
                    std::to_string(n + 1) + " bytes, sampled small chunk holds " +
-                   std::to_string(n) + "\\)\n$");
+                   std::to_string(n) + "\\)\n" QM_END);
   qm_free_sized(p, n);
   EXPECT_EQ(qm_malloc_object_size(p), 0u);
   EXPECT_DEATH(qm_free(p), "^" QM_ERR "double free of " HEX " \\(sampled small chunk, " +
-                               std::to_string(n) + " bytes\\)\n$");
+                               std::to_string(n) + " bytes\\)\n" QM_END);
   EXPECT_DEATH(qm_malloc_usable_size(p), "^" QM_ERR "malloc_usable_size of " HEX
                                          " \\(sampled small chunk, " +
-                                             std::to_string(n) + " bytes, already freed\\)\n$");
+                                             std::to_string(n) + " bytes, already freed\\)\n" QM_END);
   // calloc is zero even in a reused slot
   for (int i = 0; i < 64; i++) {
     char *q = static_cast<char *>(qm_malloc(n));

@@ -149,20 +149,20 @@ TEST(PrimaryDeathTest, AnOverflowIntoAClassGuardPageFaults) {
   ASSERT_LT(guard, qmt_committed_end(qmt_class_of(240)));
   std::string re = "^" QM_ERR "heap overflow or underflow \\(write\\) at " HEX
                    " \\(guard page between runs of small chunks of class " +
-                   std::to_string(qmt_class_chunk_size(qmt_class_of(240))) + " bytes\\)\n$";
+                   std::to_string(qmt_class_chunk_size(qmt_class_of(240))) + " bytes\\)\n" QM_FAULT_END;
   EXPECT_EXIT(poke(reinterpret_cast<void *>(guard), 100), testing::KilledBySignal(SIGSEGV), re);
 }
 
 TEST(PrimaryDeathTest, DoubleFreeIsReported) {
   void *p = qm_malloc(48);
   qm_free(p);
-  EXPECT_DEATH(qm_free(p), "^" QM_ERR "double free of " HEX " \\(small chunk, 48 bytes\\)\n$");
+  EXPECT_DEATH(qm_free(p), "^" QM_ERR "double free of " HEX " \\(small chunk, 48 bytes\\)\n" QM_END);
 }
 
 TEST(PrimaryDeathTest, InteriorPointerIsAnInvalidFree) {
   char *p = static_cast<char *>(qm_malloc(100));
   EXPECT_DEATH(qm_free(p + 8), "^" QM_ERR "invalid free of " HEX
-                               " \\(offset 8 in small chunk of class 112 bytes at " HEX "\\)\n$");
+                               " \\(offset 8 in small chunk of class 112 bytes at " HEX "\\)\n" QM_END);
   qm_free(p);
 }
 
@@ -181,7 +181,7 @@ static void replay_then_free_twice() {
 }
 TEST(PrimaryDeathTest, ReplayBeforeAChunkForgesNoState) {
   EXPECT_DEATH(replay_then_free_twice(),
-               "^" QM_ERR "double free of " HEX " \\(small chunk, 64 bytes\\)\n$");
+               "^" QM_ERR "double free of " HEX " \\(small chunk, 64 bytes\\)\n" QM_END);
 }
 
 // chunks are carved in shuffled order, but a run's chunks sit next to each
@@ -213,7 +213,7 @@ TEST(PrimaryDeathTest, NeighbourOverflowIsCaughtAtFree) {
         qmt_flush_thread_cache(); // a free's canary check may wait 16 frees
       },
       "^" QM_ERR "heap overflow past small chunk " HEX
-      " \\(3000 bytes, written past the end at offset 3000\\)\n$");
+      " \\(3000 bytes, written past the end at offset 3000\\)\n" QM_END);
 }
 
 TEST(PrimaryDeathTest, NeverAllocatedChunkIsAnInvalidFree) {
@@ -249,7 +249,7 @@ TEST(Primary, OverAlignedZeroSizeStaysInItsChunk) {
 TEST(PrimaryDeathTest, ForeignPointerIsAnInvalidFree) {
   static char not_heap[64];
   EXPECT_DEATH(qm_free(not_heap + 16),
-               "^" QM_ERR "invalid free of " HEX " \\(not allocated by qmalloc\\)\n$");
+               "^" QM_ERR "invalid free of " HEX " \\(not allocated by qmalloc\\)\n" QM_END);
 }
 
 TEST(Primary, AlignedSmallChunks) {

@@ -21,6 +21,31 @@
 #include "../report_re.h"
 #include "qmalloc.h"
 
+// The offending calls of the death tests below: exported (the executable is
+// linked with -rdynamic) and never inlined, so that a report's SUMMARY line
+// names them from the dynamic symbol table, as it would a program's
+// function.
+extern "C" {
+void free_sized(void *p, size_t n); // C23's, exported by libqmalloc
+__attribute__((noinline, visibility("default"))) void bad_free(void *p) {
+  free(p);
+  asm volatile("" ::: "memory"); // not a tail call: this frame stays
+}
+__attribute__((noinline, visibility("default"))) void *bad_realloc(void *p, size_t n) {
+  void *q = realloc(p, n);
+  asm volatile("" ::: "memory");
+  return q;
+}
+__attribute__((noinline, visibility("default"))) void bad_free_sized(void *p, size_t n) {
+  free_sized(p, n);
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline, visibility("default"))) void bad_write(volatile char *p) {
+  *p = 1;
+  asm volatile("" ::: "memory");
+}
+}
+
 namespace {
 
 qm_stats_t stats() {
@@ -69,7 +94,39 @@ TEST(LinkedDeathTest, DoubleFreeThroughPlainFree) {
   void *volatile dangling = p;
   free(p);
   EXPECT_DEATH(free(dangling),
-               "^" QM_ERR "double free of " HEX " \\(small chunk, 77777 bytes\\)\n$");
+               "^" QM_ERR "double free of " HEX " \\(small chunk, 77777 bytes\\)\n" QM_END);
+}
+
+// Every report of each kind ends in the stack of the call that found the
+// error and a SUMMARY line naming that call's function, small and large.
+TEST(LinkedDeathTest, SummaryNamesTheOffendingCall) {
+  const size_t sizes[] = {7777, 262144}; // a small size of its own (gtest allocates others); large,
+                                         // flush against its guard page
+  for (size_t n : sizes) {
+    SCOPED_TRACE(n);
+    char *p = static_cast<char *>(malloc(n));
+    char *volatile dangling = p;
+    EXPECT_DEATH(bad_free(p + 16), QM_CALL_THEN("invalid free", "bad_free"));
+    EXPECT_DEATH(bad_free_sized(p, n + 1),
+                 QM_CALL_THEN("size mismatch in free_sized", "bad_free_sized"));
+    if (n > 10000) { // the guard page after the chunk's last one, at the access
+      EXPECT_EXIT(bad_write(dangling + n), testing::KilledBySignal(SIGSEGV),
+                  QM_ACCESS_THEN("heap overflow", "bad_write"));
+    }
+    free(p);
+    EXPECT_DEATH(bad_free(dangling), QM_CALL_THEN("double free", "bad_free"));
+    EXPECT_DEATH(bad_realloc(dangling, 2 * n), QM_CALL_THEN("realloc", "bad_realloc"));
+    if (n > 10000) {
+      EXPECT_EXIT(bad_write(dangling + 8), testing::KilledBySignal(SIGSEGV),
+                  QM_ACCESS_THEN("use-after-free", "bad_write"));
+    }
+  }
+  void *z = malloc(0);
+  void *volatile zd = z;
+  free(z);
+  EXPECT_DEATH(bad_free(zd), QM_CALL_THEN("double free", "bad_free"));
+  int local = 0;
+  EXPECT_DEATH(bad_free(&local), QM_CALL_THEN("invalid free", "bad_free"));
 }
 
 TEST(Linked, OperatorNewThrowsBadAllocWhenNothingFits) {

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static void *churn(void *arg) {
   unsigned seed = (unsigned)(uintptr_t)arg;
@@ -31,7 +33,8 @@ static void *churn(void *arg) {
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr,
-            "usage: prog uaf|double-free|overflow|underflow|invalid-free|enomem|raise|threads "
+            "usage: prog uaf|double-free|overflow|underflow|invalid-free|own-mprotect|enomem|raise|"
+            "threads "
             "[SIZE] [read|write]\n");
     return 2;
   }
@@ -58,6 +61,14 @@ int main(int argc, char **argv) {
   } else if (!strcmp(mode, "invalid-free")) {
     char *volatile interior = (char *)dangling + 8;
     free(interior);
+  } else if (!strcmp(mode, "own-mprotect")) {
+    /* the program's own protection of a page of a live chunk: no error of
+     * qmalloc's, and its report must not say so */
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    char *page = (char *)(((uintptr_t)p + 2 * pg - 1) & ~(uintptr_t)(pg - 1));
+    if (mprotect(page, pg, PROT_NONE))
+      return 1;
+    ((volatile char *)page)[5] = 4;
   } else if (!strcmp(mode, "enomem")) {
     errno = 0;
     void *q = malloc((size_t)1 << 45);
