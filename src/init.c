@@ -91,7 +91,7 @@ static uint32_t boot_entry(const void *p, const char *op) {
   if (e && !(e & BOOT_FREED))
     return e;
   if (e) {
-    bool is_free = !strcmp(op, "invalid free of");
+    bool is_free = op == qm__op_free;
     qm_buf_str(&d, "start-up chunk, ");
     qm_buf_dec(&d, (e & ~BOOT_FREED) - 1);
     qm_buf_str(&d, is_free ? " bytes" : " bytes, already freed");
@@ -116,17 +116,40 @@ static uint32_t boot_entry(const void *p, const char *op) {
   qm__report_fatal_buf(op, p, &d);
 }
 
+bool qm__boot_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
+  if (!qm__boot_owns((const void *)a))
+    return false;
+  size_t off = a - qm__boot_base, g = off / 16;
+  while (g && !__atomic_load_n(&boot_chunk[g], __ATOMIC_ACQUIRE))
+    g--;
+  uint32_t e = __atomic_load_n(&boot_chunk[g], __ATOMIC_ACQUIRE);
+  size_t n = e ? (e & ~BOOT_FREED) - 1 : 0;
+  if (!e || off >= g * 16 + qm_align_up(n ? n : 1, 16)) {
+    *what = QM_ACC_WILD;
+    qm_buf_str(d, "unused part of qmalloc's start-up arena");
+    return true;
+  }
+  *what = e & BOOT_FREED ? QM_ACC_UAF : QM_ACC_LIVE;
+  qm_buf_str(d, "offset ");
+  qm_buf_dec(d, off - g * 16);
+  qm_buf_str(d, e & BOOT_FREED ? " in freed start-up chunk of " : " in start-up chunk of ");
+  qm_buf_dec(d, n);
+  qm_buf_str(d, " bytes at ");
+  qm_buf_hex(d, qm__boot_base + g * 16);
+  return true;
+}
+
 size_t qm__boot_size(const void *p, const char *op) {
   return (boot_entry(p, op) & ~BOOT_FREED) - 1;
 }
 
 void qm__boot_free(void *p) {
   size_t off = (uintptr_t)p - qm__boot_base;
-  uint32_t e = boot_entry(p, "invalid free of");
+  uint32_t e = boot_entry(p, qm__op_free);
   /* two threads freeing one chunk at once: one of them sees it freed */
   if (!__atomic_compare_exchange_n(&boot_chunk[off / 16], &e, e | BOOT_FREED, false,
                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-    (void)boot_entry(p, "invalid free of");
+    (void)boot_entry(p, qm__op_free);
 }
 
 static void fork_prepare(void) {

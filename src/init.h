@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "report.h"
+
 extern size_t qm__small_limit;
 /* The per-process secret, odd once set (early in init): keys the small
  * chunks' checksums and seeds the large chunks' reuse choice. */
@@ -35,6 +37,8 @@ bool qm__boot_owns(const void *p);
 /* Whether a is on one of the arena's guard pages (for the SIGSEGV report). */
 bool qm__boot_on_guard(uintptr_t a);
 size_t qm__boot_size(const void *p, const char *op);
+/* qm_describe()'s words for an address in the start-up arena. */
+bool qm__boot_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d);
 void qm__boot_free(void *p);
 
 #endif

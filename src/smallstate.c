@@ -43,6 +43,44 @@ QM_INLINE uintptr_t chunk_of(uintptr_t a, uintptr_t off, unsigned *cls, uintptr_
   return a - r + *index * qm__class[c].size;
 }
 
+/* ---- describing addresses (qm_describe) ---- */
+
+bool qm__small_chunk_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
+  uintptr_t off = a - qm__pbase, roff, index;
+  if (off >= qm__pspan)
+    return false;
+  unsigned c;
+  uintptr_t ch = chunk_of(a, off, &c, &roff, &index);
+  const qm_class_info_t *ci = &qm__class[c];
+  if (c == QM_ZCLASS || roff >= committed(c) || qm_slot_dead(ch - qm_region(c), ci->size))
+    return false;
+  /* a racy read of the entry: at worst a moment old */
+  uint64_t w = qm_entry_load(qm_entry_at(c, index));
+  unsigned st = qm_e_state(w);
+  uintptr_t user = ch + (st == QM_CHUNK_NONE ? 0 : qm_e_offset(w));
+  if (st == QM_CHUNK_ALLOC) {
+    *what = QM_ACC_LIVE;
+    qm_buf_offset(d, a, user);
+    qm_buf_str(d, " in small chunk of ");
+    qm_buf_dec(d, qm_e_size(w));
+    qm_buf_str(d, " bytes (class ");
+  } else if (st == QM_CHUNK_NONE) {
+    *what = QM_ACC_WILD;
+    qm_buf_offset(d, a, user);
+    qm_buf_str(d, " in small chunk never allocated (class ");
+  } else {
+    *what = QM_ACC_UAF;
+    qm_buf_offset(d, a, user);
+    qm_buf_str(d, " in freed small chunk of ");
+    qm_buf_dec(d, qm_e_size(w));
+    qm_buf_str(d, " bytes (class ");
+  }
+  qm_buf_dec(d, ci->size);
+  qm_buf_str(d, " bytes) at ");
+  qm_buf_hex(d, user);
+  return true;
+}
+
 /* ---- reports ---- */
 
 static _Noreturn QM_COLD void small_error(const char *op, void *p, uintptr_t ch, unsigned c,

@@ -18,6 +18,7 @@
 
 #include "primary.h"
 #include "qm.h"
+#include "report.h"
 
 /* An entry: size:18 offset/16:12 state:2 owner:16 generation:16 (low to
  * high). The generation moves on at every free: a free sent to the owner
@@ -158,6 +159,11 @@ _Noreturn void qm__small_bad_pop(uintptr_t ch, unsigned c) QM_COLD;
 /* In-place realloc of p to n bytes, when this thread may change its entry
  * (it owns it, or nobody does); false otherwise. */
 bool qm__small_resize(void *p, uintptr_t ch, unsigned c, uint64_t *e, uint64_t w, size_t n);
+
+/* qm_describe()'s words for addr in a class region's chunk: live, freed
+ * or never allocated (the SIGSEGV report does not use it: RW memory that
+ * faults is the program's own doing). Lock-free. */
+bool qm__small_chunk_describe(uintptr_t addr, qm_access_t *what, qm_buf_t *details);
 
 /* Thread identity, for cache.c: a thread takes id (1..QM_MAX_OWNERS-1)
  * with its cache, applying what was sent to the id while nobody had it;

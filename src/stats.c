@@ -20,6 +20,7 @@
 #include "qmalloc.h"
 #include "report.h"
 #include "secondary.h"
+#include "smallstate.h"
 
 QM_EXPORT void qm_stats(qm_stats_t *s) {
   memset(s, 0, sizeof *s);
@@ -129,7 +130,9 @@ QM_EXPORT int qm_describe(const void *addr, char *buf, size_t cap) {
   d.n = 0;
   qm_access_t what = QM_ACC_WILD;
   bool ok = qm__large_describe((uintptr_t)addr, &what, NULL, &d) ||
-            qm__small_describe((uintptr_t)addr, &what, &d);
+            qm__small_describe((uintptr_t)addr, &what, &d) ||
+            qm__small_chunk_describe((uintptr_t)addr, &what, &d) ||
+            qm__boot_describe((uintptr_t)addr, &what, &d);
   if (!cap)
     return ok;
   qm_buf_t out;

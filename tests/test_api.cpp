@@ -193,13 +193,15 @@ TEST(ApiDeathTest, FreeSizedOfSizeMaxIsReported) {
                "^" QM_ERR "size mismatch in free_sized of " HEX
                " \\(passed 18446744073709551615 bytes, small chunk holds 100\\)\n" QM_END);
   void *q = qm_malloc(200000);
-  EXPECT_DEATH(qm_free_sized(q, SIZE_MAX),
-               "^" QM_ERR "size mismatch in free_sized of " HEX
-               " \\(passed 18446744073709551615 bytes, large chunk holds 200000\\)\n" QM_CALL QM_ALLOCATED);
+  EXPECT_DEATH(
+      qm_free_sized(q, SIZE_MAX),
+      "^" QM_ERR "size mismatch in free_sized of " HEX
+      " \\(passed 18446744073709551615 bytes, large chunk holds 200000\\)\n" QM_CALL QM_ALLOCATED);
   void *r = qm_aligned_alloc(64, 40);
-  EXPECT_DEATH(qm_free_aligned_sized(r, 64, SIZE_MAX),
-               "^" QM_ERR "size mismatch in free_aligned_sized of " HEX
-               " \\(passed 18446744073709551615 bytes, alignment 64, small chunk holds 40\\)\n" QM_END);
+  EXPECT_DEATH(
+      qm_free_aligned_sized(r, 64, SIZE_MAX),
+      "^" QM_ERR "size mismatch in free_aligned_sized of " HEX
+      " \\(passed 18446744073709551615 bytes, alignment 64, small chunk holds 40\\)\n" QM_END);
   qm_free_sized(p, 100);
   qm_free_sized(q, 200000);
   qm_free_aligned_sized(r, 64, 40);
@@ -379,6 +381,35 @@ TEST(Api, DescribeNamesWhatAnAddressIs) {
   static int not_heap;
   EXPECT_EQ(qm_describe(&not_heap, buf, sizeof buf), 0);
   EXPECT_STREQ(buf, "not in memory qmalloc manages");
+}
+
+// Every kind of chunk: small (live, freed), zero-size, large (live, freed);
+// guarded slots in test_guarded.cpp, start-up chunks in test_init.cpp.
+TEST(Api, DescribeKnowsEveryKindOfChunk) {
+  char buf[256];
+  auto describe = [&](const void *a) {
+    EXPECT_EQ(qm_describe(a, buf, sizeof buf), 1) << buf;
+    return std::string(buf);
+  };
+  auto starts = [](const std::string &s, const std::string &with) { return s.rfind(with, 0) == 0; };
+  char *s = static_cast<char *>(qm_malloc(100));
+  std::string d = describe(s + 8);
+  EXPECT_TRUE(starts(d, "access: offset 8 in small chunk of 100 bytes (class ")) << d;
+  char *l = static_cast<char *>(qm_malloc(300000));
+  d = describe(l + 5);
+  EXPECT_TRUE(starts(d, "access: offset 5 in large chunk of 300000 bytes at 0x")) << d;
+  char *z = static_cast<char *>(qm_malloc(0));
+  d = describe(z);
+  EXPECT_TRUE(starts(d, "heap overflow: 1 byte past the end of zero-size chunk at 0x")) << d;
+  qm_free(z);
+  d = describe(z);
+  EXPECT_TRUE(starts(d, "use-after-free: offset 0 in freed zero-size chunk at 0x")) << d;
+  qm_free(l);
+  d = describe(l + 5);
+  EXPECT_TRUE(starts(d, "use-after-free: offset 5 in freed large chunk of 300000 bytes")) << d;
+  qm_free(s);
+  d = describe(s + 8);
+  EXPECT_TRUE(starts(d, "use-after-free: offset 8 in freed small chunk of 100 bytes (class ")) << d;
 }
 
 } // namespace
