@@ -27,7 +27,7 @@ bool qm__small_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
   if (qm__guarded_describe(a, what, d))
     return true;
   if (qm__boot_on_guard(a)) {
-    *what = "heap overflow or underflow";
+    *what = QM_ACC_GUARD;
     qm_buf_str(d, "guard page of qmalloc's start-up arena");
     return true;
   }
