@@ -103,4 +103,71 @@ TEST(Stress, MixedSizesAcrossThreads) {
   EXPECT_EQ(failed.load(), 0);
 }
 
+// Frees of every kind at once: each thread frees some of its own chunks
+// (the owner's plain stores), hands the rest to the next thread and exits;
+// the next one frees them after their owner is gone (an id with no thread:
+// the closed path) while a consumer frees chunks a live producer keeps
+// allocating (sent to the producer, applied on its refills). Every chunk's
+// pattern is checked before its free; a double free or a lost transition
+// aborts. Built with ThreadSanitizer too (build-tsan), where it must report
+// no race.
+TEST(Stress, LocalRemoteAndExitingThreadFrees) {
+  constexpr int kRounds = 24, kChunks = 2000;
+  std::atomic<long> bad{0};
+  // a live producer and a consumer that frees what it makes
+  std::atomic<bool> stop{false};
+  std::vector<Slot> pc(256);
+  std::thread producer([&] {
+    uint64_t seed = 99;
+    while (!stop) {
+      uint64_t r = next(seed);
+      unsigned char *p = make(16 + r % 700);
+      unsigned char *old = pc[(r >> 32) % pc.size()].p.exchange(p);
+      if (old && !check_and_free(old)) // sometimes its own, sometimes back
+        bad++;
+    }
+  });
+  std::thread consumer([&] {
+    uint64_t seed = 7;
+    while (!stop) {
+      uint64_t r = next(seed);
+      if (unsigned char *p = pc[r % pc.size()].p.exchange(nullptr))
+        if (!check_and_free(p))
+          bad++;
+    }
+  });
+  // successors: each frees its predecessor's leftovers, after it exited
+  std::vector<unsigned char *> left;
+  for (int round = 0; round < kRounds; round++) {
+    std::thread t([&, round] {
+      std::vector<unsigned char *> mine, prev;
+      prev.swap(left);
+      uint64_t seed = 1000 + round;
+      for (int i = 0; i < kChunks; i++)
+        mine.push_back(make(8 + next(seed) % 1000));
+      for (unsigned char *p : prev)
+        if (!check_and_free(p))
+          bad++;
+      for (size_t i = 0; i < mine.size(); i++) {
+        if (i % 2 && !check_and_free(mine[i]))
+          bad++;
+        else if (!(i % 2))
+          left.push_back(mine[i]);
+      }
+    });
+    t.join();
+  }
+  for (unsigned char *p : left)
+    if (!check_and_free(p))
+      bad++;
+  stop = true;
+  producer.join();
+  consumer.join();
+  for (auto &s : pc)
+    if (unsigned char *p = s.p.exchange(nullptr))
+      if (!check_and_free(p))
+        bad++;
+  EXPECT_EQ(bad.load(), 0);
+}
+
 } // namespace
