@@ -348,7 +348,8 @@ static void purge_locked(unsigned c) {
   size_t size = qm__class[c].size, pg = qm__page;
   size_t npages = qm_page_up(cl->carved) / pg;
   cl->given_since_purge = 0;
-  cl->last_purge_ns = now_ns();
+  /* read without the lock by purge_pending: a stale value only delays it */
+  __atomic_store_n(&cl->last_purge_ns, now_ns(), __ATOMIC_RELAXED);
   if (!npages || nfree(cl) * size < 2 * pg)
     return;
   uint32_t *cover;
@@ -448,7 +449,7 @@ static void purge_pending(void) {
     unsigned c = (unsigned)__builtin_ctzll(bits);
     bits &= bits - 1;
     central_t *cl = &central[c];
-    if (now - cl->last_purge_ns < interval)
+    if (now - __atomic_load_n(&cl->last_purge_ns, __ATOMIC_RELAXED) < interval)
       continue;
     atomic_fetch_and_explicit(&pending, ~((uint64_t)1 << c), memory_order_relaxed);
     qm_lock(&cl->lock);

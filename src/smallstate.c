@@ -386,13 +386,7 @@ static uintptr_t settle(uintptr_t m, unsigned owner, unsigned *cls) {
 
 /* Frees of a closed id's chunks, by their sender: into the central lists
  * (the id has no cache). false if the id was adopted meanwhile. */
-static bool apply_closed(unsigned owner, msgb_t *b) {
-  owner_slot_t *o = &owners[owner];
-  qm_lock(&o->lock);
-  if (atomic_load_explicit(&o->inbox, memory_order_relaxed) != CLOSED) {
-    qm_unlock(&o->lock);
-    return false;
-  }
+static void settle_closed(unsigned owner, msgb_t *b) {
   for (uint32_t i = 0; i < b->count; i++) {
     unsigned c;
     uintptr_t s = settle(b->m[i], owner, &c);
@@ -400,9 +394,16 @@ static bool apply_closed(unsigned owner, msgb_t *b) {
       memset((void *)qm_slot_chunk(s), 0, qm__class[c].size);
     qm__central_give(c, qm__cache_group(), &s, 1);
   }
-  qm_unlock(&o->lock);
   b->count = 0;
-  return true;
+}
+static bool apply_closed(unsigned owner, msgb_t *b) {
+  owner_slot_t *o = &owners[owner];
+  qm_lock(&o->lock);
+  bool closed = atomic_load_explicit(&o->inbox, memory_order_relaxed) == CLOSED;
+  if (closed)
+    settle_closed(owner, b);
+  qm_unlock(&o->lock);
+  return closed;
 }
 
 static void send(msgb_t *b) {
@@ -491,13 +492,17 @@ void qm__state_adopt(unsigned id) {
   qm__me = (uint64_t)QM_CHUNK_ALLOC << QM_E_STATE_SHIFT | (uint64_t)id << QM_E_OWNER_SHIFT;
 }
 
-/* Closes id's inbox and applies what was in it, as a sender would. */
-static void close_inbox(unsigned id) {
+/* Closes id's inbox and applies what was in it, as a sender would (under
+ * the id's lock; in a fork child, whose only thread this is, without). */
+static void close_inbox(unsigned id, bool locked) {
   owner_slot_t *o = &owners[id];
   msgb_t *b = atomic_exchange_explicit(&o->inbox, CLOSED, memory_order_acquire);
   while (b && b != CLOSED) {
     msgb_t *next = b->next;
-    apply_closed(id, b);
+    if (locked)
+      apply_closed(id, b);
+    else
+      settle_closed(id, b);
     msg_drop(b);
     b = next;
   }
@@ -505,12 +510,12 @@ static void close_inbox(unsigned id) {
 
 void qm__state_retire(unsigned id) {
   qm__me = QM_E_NOBODY; /* later frees here go through the closed path */
-  close_inbox(id);
+  close_inbox(id, true);
 }
 
 void qm__state_orphan(unsigned id) {
   qm_lock_reinit(&owners[id].lock);
-  close_inbox(id);
+  close_inbox(id, false);
 }
 
 void qm__state_fork_prepare(void) { qm_lock(&msg_lock); }
