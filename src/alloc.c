@@ -133,11 +133,11 @@ static QM_COLD void large_free(void *p) {
 
 QM_EXPORT void qm_free(void *p) {
   uintptr_t a = (uintptr_t)p, off = a - qm__pbase;
+  if (QM_UNLIKELY(qm__freeing)) { /* re-entered from a signal handler */
+    qm__free_nested(p);
+    return;
+  }
   if (QM_LIKELY(off < qm__pspan)) {
-    if (QM_UNLIKELY(qm__freeing)) { /* re-entered from a signal handler */
-      qm__small_free_nested(p);
-      return;
-    }
     qm_freeing_set(a);
     unsigned c = (unsigned)(off >> qm__rshift);
     uintptr_t roff = off & region_mask();
@@ -179,8 +179,12 @@ QM_EXPORT void qm_free(void *p) {
     qm__small_free_slow(p, off); /* other threads' chunks, over-aligned ones, every error */
     return;
   }
-  if (p)
+  if (p) {
+    /* large and guarded frees take locks: a handler's free must not */
+    qm_freeing_set(a);
     large_free(p);
+    qm_freeing_clear();
+  }
 }
 
 /* ---- the rest of the family ---- */

@@ -17,6 +17,7 @@
 #include "lock.h"
 #include "meta.h"
 #include "options.h"
+#include "qmalloc.h"
 #include "report.h"
 #include "zero.h"
 
@@ -476,11 +477,8 @@ void qm__state_drain(void) {
       b = next;
     }
   }
-  while (nnested) {
-    uintptr_t p = nested[--nnested];
-    qm_freeing_set(p);
-    qm__small_free_slow((void *)p, p - qm__pbase);
-  }
+  while (nnested)
+    qm_free((void *)nested[--nnested]);
 }
 
 void qm__state_adopt(unsigned id) {
@@ -529,21 +527,24 @@ void qm__state_fork_child(void) {
 
 /* ---- free past the fast path ---- */
 
-void qm__small_free_nested(void *p) {
+void qm__free_nested(void *p) {
   uintptr_t a = (uintptr_t)p, off = a - qm__pbase;
+  if (!p)
+    return;
   if (a == qm__freeing) {
     qm_buf_t d;
     d.n = 0;
-    qm_buf_str(&d, "small chunk, freed again from a signal handler during its free");
+    qm_buf_str(&d, "freed again from a signal handler during its free");
     qm__report_fatal_buf("double free of", p, &d);
   }
-  if ((off >> qm__rshift) == QM_ZCLASS) {
-    qm__zero_free(p, qm__op_free); /* under its own lock, no cache */
-    return;
+  /* a small chunk is checked now, lock-free; anything else (zero-size,
+   * large, guarded) takes locks the interrupted free may hold: checked
+   * when applied */
+  if (off < qm__pspan && (off >> qm__rshift) != QM_ZCLASS) {
+    unsigned c;
+    uint64_t *e, w;
+    qm__small_check(qm__op_free, p, off, &c, &e, &w);
   }
-  unsigned c;
-  uint64_t *e, w;
-  qm__small_check(qm__op_free, p, off, &c, &e, &w);
   if (nnested < NESTED_CAP)
     nested[nnested++] = a;
   else

@@ -139,8 +139,9 @@ void qm__small_pend_flush(void);
  * mode, and every error. Called with qm__freeing set to p; clears it. */
 void qm__small_free_slow(void *p, uintptr_t off);
 /* A free re-entered from a signal handler while this thread frees
- * qm__freeing: checked now, applied at the thread's next refill. */
-void qm__small_free_nested(void *p);
+ * qm__freeing (any chunk): the same pointer aborts; a small chunk is
+ * checked now; applied at the thread's next refill or exit. */
+void qm__free_nested(void *p);
 /* Puts a chunk just marked FREE (slot: chunk | generation << 48) into the
  * calling thread's cache; in checked mode it is zeroed and its neighbours
  * checked first. */
