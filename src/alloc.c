@@ -73,16 +73,27 @@ static QM_COLD void *sampled_malloc(size_t n) {
     if (g)
       return g;
   }
-  return small_alloc_plain(n, 0);
+  uintptr_t was = qm_busy_enter();
+  void *p = small_alloc_plain(n, 0);
+  qm_busy_leave(was);
+  return p;
 }
 
+/* Marked busy throughout: a free from a signal handler landing here (while
+ * a bin, the parked frees or a central list is half changed, or a lock is
+ * held) takes the nested path. */
 static QM_COLD void *malloc_slow(size_t n) {
+  uintptr_t was = qm_busy_enter();
+  void *p;
   qm__init();
   if (QM_UNLIKELY(qm__init_bootstrapping()))
-    return qm__boot_alloc(n);
-  if (n < qm__small_limit)
-    return small_alloc(n, 0);
-  return qm__large_alloc(n, 0, false);
+    p = qm__boot_alloc(n);
+  else if (n < qm__small_limit)
+    p = small_alloc(n, 0);
+  else
+    p = qm__large_alloc(n, 0, false);
+  qm_busy_leave(was);
+  return p;
 }
 
 QM_EXPORT void *qm_malloc(size_t n) {
@@ -93,6 +104,10 @@ QM_EXPORT void *qm_malloc(size_t n) {
       return sampled_malloc(n);
     unsigned c = qm_class_of(n);
     qm_bin_t *b = &qm__bin[c];
+    /* a free from a signal handler between the count's store and the
+     * slot's load would put its chunk where this one is taken from: it
+     * finds the mark and leaves the bin alone */
+    qm_freeing_set(QM_BUSY);
     if (QM_LIKELY(b->count)) {
       uintptr_t s = b->slot[--b->count], ch = qm_slot_chunk(s);
       /* the next chunk of this class is about to have its canary written:
@@ -110,10 +125,12 @@ QM_EXPORT void *qm_malloc(size_t n) {
         qm_entry_store(qm_entry_at(c, qm_chunk_index(roff, c)),
                        qm__me | gen << QM_E_GEN_SHIFT | (uint64_t)n);
         qm_store8(ch + n, qm_canary(ch, gen, c));
+        qm_freeing_clear();
         return (void *)ch;
       }
       qm__small_bad_pop(ch, c);
     }
+    qm_freeing_clear();
   }
   return malloc_slow(n);
 }
@@ -223,8 +240,12 @@ static void *aligned(size_t align, size_t n) {
   qm__init();
   if (QM_UNLIKELY(qm__init_bootstrapping()))
     return align <= QM_MIN_ALIGN ? qm__boot_alloc(n) : enomem();
-  if (aligned_is_small(n, align))
-    return small_alloc(n, align);
+  if (aligned_is_small(n, align)) {
+    uintptr_t was = qm_busy_enter();
+    void *p = small_alloc(n, align);
+    qm_busy_leave(was);
+    return p;
+  }
   return qm__large_alloc(n, align, false);
 }
 

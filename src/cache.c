@@ -270,22 +270,23 @@ void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
 }
 
 void qm__cache_flush_self(void) {
+  uintptr_t was = qm_busy_enter();
   qm__small_pend_flush();
   qm__state_flush_outbox();
-  if (state != TC_LIVE)
-    return;
-  for (unsigned c = 0; c < QM_NCLASS; c++) {
+  for (unsigned c = 0; state == TC_LIVE && c < QM_NCLASS; c++) {
     uint32_t *n = count_of(c);
     if (*n)
       qm__central_give(c, group, qm__bin[c].slot, *n);
     *n = 0;
   }
+  qm_busy_leave(was);
 }
 
 static void on_thread_exit(void *arg) {
   qm_tcache_t *tc = arg;
   if (state != TC_LIVE || tc != self)
     return;
+  uintptr_t was = qm_busy_enter();
   qm__state_drain();
   qm__cache_flush_self();
   if (qm__opt.free_delay)
@@ -306,6 +307,7 @@ static void on_thread_exit(void *arg) {
   tc->next = spares;
   spares = tc;
   qm_unlock(&registry_lock);
+  qm_busy_leave(was);
 }
 
 size_t qm__cache_held_bytes(void) {

@@ -346,10 +346,14 @@ static qm_lock_t msg_lock = QM_LOCK_INIT;
 static msgb_t *msg_spare;
 
 static __thread msgb_t *outbox __attribute__((tls_model("initial-exec")));
-/* frees re-entered from signal handlers, applied at the next refill */
-#define NESTED_CAP 16
+/* Frees re-entered from signal handlers (user pointer | generation << 48,
+ * the chunk made SENT), settled at the next refill: a ring the handler
+ * only appends to (slot, then nested_tail) and the refill only takes from
+ * (nested_head), so neither loses the other's entries. One that finds the
+ * ring full leaves its chunk SENT: never handed out again (counted). */
+#define NESTED_CAP 16u
 static __thread uintptr_t nested[NESTED_CAP] __attribute__((tls_model("initial-exec")));
-static __thread unsigned nnested __attribute__((tls_model("initial-exec")));
+static __thread unsigned nested_head, nested_tail __attribute__((tls_model("initial-exec")));
 static _Atomic size_t nested_lost;
 
 static msgb_t *msg_new(void) {
@@ -477,8 +481,32 @@ void qm__state_drain(void) {
       b = next;
     }
   }
-  while (nnested)
-    qm_free((void *)nested[--nnested]);
+  while (nested_head != nested_tail) {
+    uintptr_t m = nested[nested_head % NESTED_CAP];
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    nested_head++;
+    uintptr_t p = qm_slot_chunk(m), off = p - qm__pbase, roff, index;
+    unsigned c;
+    if (off >= qm__pspan || (off >> qm__rshift) == QM_ZCLASS) {
+      /* not a small chunk: applied as the free it is, with its own mark */
+      uintptr_t was = qm__freeing;
+      qm__freeing = 0;
+      qm_free((void *)p);
+      qm__freeing = was;
+      continue;
+    }
+    chunk_of(p, off, &c, &roff, &index);
+    uint64_t w = qm_entry_load(qm_entry_at(c, index));
+    unsigned owner = qm_e_owner(w);
+    if (owner && owner != me) { /* another thread's: it settles the SENT entry */
+      if (qm_e_state(w) != QM_CHUNK_SENT || qm_e_gen(w) != qm_slot_gen(m))
+        late_double_free(p, w);
+      send_free(p, w);
+    } else {
+      uintptr_t s = settle(m, owner, &c);
+      qm__small_release(s, c);
+    }
+  }
 }
 
 void qm__state_adopt(unsigned id) {
@@ -540,15 +568,27 @@ void qm__free_nested(void *p) {
   /* a small chunk is checked now, lock-free; anything else (zero-size,
    * large, guarded) takes locks the interrupted free may hold: checked
    * when applied */
+  uintptr_t m = a;
   if (off < qm__pspan && (off >> qm__rshift) != QM_ZCLASS) {
     unsigned c;
     uint64_t *e, w;
     qm__small_check(qm__op_free, p, off, &c, &e, &w);
+    /* SENT at once: a later free of p finds it and reports; a plain store
+     * by the interrupted code over it is found at the refill, which expects
+     * this very SENT entry of this generation */
+    while (!__atomic_compare_exchange_n(e, &w, qm_e_sent(w), false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+      qm__small_check(qm__op_free, p, off, &c, &e, &w); /* another free won: reports */
+    m = qm_slot_make(a, qm_e_gen(w));
   }
-  if (nnested < NESTED_CAP)
-    nested[nnested++] = a;
-  else
+  unsigned t = nested_tail;
+  if (t - nested_head < NESTED_CAP) {
+    nested[t % NESTED_CAP] = m;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    nested_tail = t + 1;
+  } else {
     atomic_fetch_add_explicit(&nested_lost, 1, memory_order_relaxed);
+  }
 }
 
 void qm__small_free_slow(void *p, uintptr_t off) {

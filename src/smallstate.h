@@ -101,8 +101,10 @@ QM_INLINE void qm_store8(uintptr_t a, uint64_t v) { memcpy((void *)a, &v, 8); }
  * path takes an entry whose state, offset and owner equal it with one
  * compare. */
 extern __thread uint64_t qm__me __attribute__((tls_model("initial-exec")));
-/* The pointer this thread is freeing right now (0 when none): a free that
- * finds it set was re-entered from a signal handler. */
+/* The pointer this thread is freeing right now, QM_BUSY while its malloc
+ * changes its cache (0 when neither): a free that finds it set was
+ * re-entered from a signal handler, and takes the nested path, which takes
+ * no lock and leaves the cache alone. */
 extern __thread uintptr_t qm__freeing __attribute__((tls_model("initial-exec")));
 QM_INLINE void qm_freeing_set(uintptr_t p) {
   qm__freeing = p;
@@ -111,6 +113,19 @@ QM_INLINE void qm_freeing_set(uintptr_t p) {
 QM_INLINE void qm_freeing_clear(void) {
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   qm__freeing = 0;
+}
+#define QM_BUSY ((uintptr_t)1)
+/* Marks the cache busy on a slow path unless a free already did; the
+ * value to pass to qm_busy_leave. */
+QM_INLINE uintptr_t qm_busy_enter(void) {
+  uintptr_t was = qm__freeing;
+  if (!was)
+    qm_freeing_set(QM_BUSY);
+  return was;
+}
+QM_INLINE void qm_busy_leave(uintptr_t was) {
+  if (!was)
+    qm_freeing_clear();
 }
 
 /* Frees waiting for their canary check: the free fast path makes the
@@ -139,8 +154,11 @@ void qm__small_pend_flush(void);
  * mode, and every error. Called with qm__freeing set to p; clears it. */
 void qm__small_free_slow(void *p, uintptr_t off);
 /* A free re-entered from a signal handler while this thread frees
- * qm__freeing (any chunk): the same pointer aborts; a small chunk is
- * checked now; applied at the thread's next refill or exit. */
+ * qm__freeing (or mallocs; any chunk): the same pointer aborts; a small
+ * chunk is checked and made SENT now, by compare-and-swap, so a later free
+ * of it reports at once, and made FREE (or sent to its owner) at the
+ * thread's next refill or exit, as a free from another thread; any other
+ * is applied then. */
 void qm__free_nested(void *p);
 /* Puts a chunk just marked FREE (slot: chunk | generation << 48) into the
  * calling thread's cache; in checked mode it is zeroed and its neighbours

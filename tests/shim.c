@@ -16,6 +16,7 @@
 #include "options.h"
 #include "os.h"
 #include "primary.h"
+#include "qmalloc.h"
 #include "report.h"
 #include "ro.h"
 #include "secondary.h"
@@ -67,6 +68,14 @@ qmt_entry_t qmt_entry(const void *p) {
   return (qmt_entry_t){qm_e_state(w), qm_e_owner(w), (unsigned)qm_e_gen(w), qm_e_size(w),
                        qm_e_offset(w)};
 }
+void qmt_free_interrupting(uintptr_t mark, void *q) {
+  uintptr_t was = qm__freeing;
+  qm_freeing_set(mark);
+  qm_free(q);
+  qm__freeing = was;
+}
+unsigned qmt_bin_count(unsigned c) { return qm__bin[c].count; }
+int qmt_cache_checked(void) { return qm__cache_checked; }
 unsigned qmt_owner_id(void) {
   return qm__me == QM_E_NOBODY ? 0 : (unsigned)(qm__me >> QM_E_OWNER_SHIFT) & 0xffff;
 }

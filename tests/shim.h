@@ -34,6 +34,13 @@ typedef struct qmt_entry {
   size_t size, offset;
 } qmt_entry_t;
 qmt_entry_t qmt_entry(const void *p);
+/* free(q) as a signal handler runs it when it interrupts this thread
+ * inside free(mark) (mark 1: inside malloc, which changes the cache). */
+void qmt_free_interrupting(uintptr_t mark, void *q);
+/* Chunks in the calling thread's bin of class c (not in checked mode). */
+unsigned qmt_bin_count(unsigned c);
+/* 1 in checked mode (hardening=max or zero_on_free): bins always empty. */
+int qmt_cache_checked(void);
 /* The calling thread's owner id (0 while it has no cache). */
 unsigned qmt_owner_id(void);
 /* Guard pages made inside class regions, refused, and whether markers. */

@@ -153,20 +153,60 @@ TEST(PrimaryDeathTest, AnOverflowIntoAClassGuardPageFaults) {
   ASSERT_LT(guard, qmt_committed_end(qmt_class_of(240)));
   std::string re = "^" QM_ERR "heap overflow or underflow \\(write\\) at " HEX
                    " \\(guard page between runs of small chunks of class " +
-                   std::to_string(qmt_class_chunk_size(qmt_class_of(240))) + " bytes\\)\n" QM_FAULT_END;
+                   std::to_string(qmt_class_chunk_size(qmt_class_of(240))) +
+                   " bytes\\)\n" QM_FAULT_END;
   EXPECT_EXIT(poke(reinterpret_cast<void *>(guard), 100), testing::KilledBySignal(SIGSEGV), re);
 }
 
 TEST(PrimaryDeathTest, DoubleFreeIsReported) {
   void *p = qm_malloc(48);
   qm_free(p);
-  EXPECT_DEATH(qm_free(p), "^" QM_ERR "double free of " HEX " \\(small chunk, 48 bytes\\)\n" QM_END);
+  EXPECT_DEATH(qm_free(p),
+               "^" QM_ERR "double free of " HEX " \\(small chunk, 48 bytes\\)\n" QM_END);
+}
+
+// A signal handler's free(q) landing while the thread is inside free(p):
+// q changes state at once, so the program's own later free(q) is the
+// double free, not a success that hands q out twice once the handler's
+// free is applied.
+TEST(PrimaryDeathTest, AFreeFromAHandlerInsideAnotherFreeCountsAtOnce) {
+  void *p = qm_malloc(48), *q = qm_malloc(48);
+  qmt_free_interrupting(reinterpret_cast<uintptr_t>(p), q);
+  EXPECT_EQ(qm_malloc_object_size(q), 0u);
+  EXPECT_DEATH(qm_free(q),
+               "^" QM_ERR "double free of " HEX " \\(small chunk, 48 bytes\\)\n" QM_END);
+  qm_free(p);
+}
+
+// The same inside malloc: the handler's free leaves the bin alone (malloc
+// may be between its count and its slot), and q comes back at the next
+// refill, once.
+TEST(Primary, AFreeFromAHandlerInsideMallocLeavesTheBinAlone) {
+  if (qmt_cache_checked())
+    GTEST_SKIP() << "checked mode keeps no bins";
+  unsigned c = qmt_class_of(48);
+  void *q = qm_malloc(48);
+  unsigned before = qmt_bin_count(c);
+  qmt_free_interrupting(1, q);
+  EXPECT_EQ(qmt_bin_count(c), before);
+  EXPECT_EQ(qmt_entry(q).state, 3u) << "SENT until the refill";
+  qmt_flush_thread_cache();
+  std::vector<void *> got;
+  size_t seen = 0;
+  for (int i = 0; i < 4096; i++) {
+    got.push_back(qm_malloc(48));
+    seen += got.back() == q;
+  }
+  EXPECT_EQ(seen, 1u);
+  for (void *x : got)
+    qm_free(x);
 }
 
 TEST(PrimaryDeathTest, InteriorPointerIsAnInvalidFree) {
   char *p = static_cast<char *>(qm_malloc(100));
-  EXPECT_DEATH(qm_free(p + 8), "^" QM_ERR "invalid free of " HEX
-                               " \\(offset 8 in small chunk of class 112 bytes at " HEX "\\)\n" QM_END);
+  EXPECT_DEATH(qm_free(p + 8),
+               "^" QM_ERR "invalid free of " HEX
+               " \\(offset 8 in small chunk of class 112 bytes at " HEX "\\)\n" QM_END);
   qm_free(p);
 }
 

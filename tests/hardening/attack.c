@@ -162,6 +162,48 @@ static int signal_double_free(int trials) {
   return 0;
 }
 
+/* Signal re-entry split in two: a handler frees the victim while the
+ * program is inside (or around) the free or malloc of other chunks, and the
+ * program frees the victim again afterwards. The handler's free must count
+ * at once, even when it landed inside another free: every child must die
+ * of SIGABRT at the program's free (none may go on with the victim live
+ * twice). */
+static void *volatile split_victim;
+static volatile sig_atomic_t split_handled;
+static void free_split_victim(int sig) {
+  (void)sig;
+  free(split_victim);
+  split_handled = 1;
+}
+static int signal_split_free(int trials) {
+  for (int t = 0; t < trials; t++) {
+    pid_t pid = fork();
+    if (pid < 0)
+      return 2;
+    if (!pid) {
+      signal(SIGALRM, free_split_victim);
+      srand((unsigned)t * 2654435761u);
+      for (int i = 0; i < 1000; i++)
+        free(opaque(malloc(48)));
+      split_victim = opaque(malloc(48));
+      struct itimerval it = {{0, 0}, {0, 1 + rand() % 40}};
+      setitimer(ITIMER_REAL, &it, NULL);
+      for (long spin = 0; !split_handled && spin < 200000000L; spin++)
+        free(opaque(malloc(48)));
+      free(split_victim);
+      _exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT) {
+      fprintf(stderr, "attack: trial %d: both frees accepted\n", t);
+      return 1;
+    }
+  }
+  fprintf(stderr, "attack: %d trials, every one aborted\n", trials);
+  return 0;
+}
+
 /* n bytes asked for, k written past them, with value v */
 static int overflow(size_t n, size_t k, int v) {
   unsigned char *p = opaque(malloc(n));
@@ -376,6 +418,8 @@ int main(int argc, char **argv) {
     return canary_leak();
   if (!strcmp(m, "signal-double-free"))
     return signal_double_free(argc > 2 ? atoi(argv[2]) : 200);
+  if (!strcmp(m, "signal-split-free"))
+    return signal_split_free(argc > 2 ? atoi(argv[2]) : 200);
   if (!strcmp(m, "overflow-1"))
     return overflow(20, 1, 'A');
   if (!strcmp(m, "overflow-8"))
