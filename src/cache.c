@@ -330,6 +330,34 @@ void qm__cache_init(void) { key_ok = pthread_key_create(&exit_key, on_thread_exi
 void qm__cache_fork_prepare(void) { qm_lock(&registry_lock); }
 void qm__cache_fork_parent(void) { qm_unlock(&registry_lock); }
 
+/* In a fork child: the chunks of this thread's bins in a fresh order, and
+ * every free chunk it holds (bins, parked frees, delayed-free rings) with a
+ * fresh generation, hence a fresh canary: what the parent's first mallocs
+ * would hand out, and with which canary, tells nothing of a child's, nor
+ * one child's of another's (the central lists are redrawn by the primary). */
+static void fork_reshuffle(void) {
+  qm__small_pend_regen();
+  if (state != TC_LIVE)
+    return;
+  for (unsigned c = 0; c < QM_NCLASS; c++) {
+    uintptr_t *slot = qm__bin[c].slot;
+    uint32_t n = *count_of(c);
+    for (uint32_t i = n; i > 1; i--) {
+      uint32_t j = qm_rand_below(i);
+      uintptr_t t = slot[i - 1];
+      slot[i - 1] = slot[j];
+      slot[j] = t;
+    }
+    for (uint32_t i = 0; i < n; i++)
+      slot[i] = qm__small_regen(slot[i], c);
+    hnext[c] = n ? qm_rand_below(n) : 0;
+    if (qm__opt.free_delay)
+      for (uint32_t i = 0, at = rhead[c]; i < rcount[c];
+           i++, at = at + 1 == ring_cap(c) ? 0 : at + 1)
+        ring_of(c)[at].chunk = qm__small_regen(ring_of(c)[at].chunk, c);
+  }
+}
+
 /* Only the forking thread lives on in the child. The other threads' caches
  * may have been in mid-update when fork() copied them: their chunks are
  * abandoned rather than trusted, and their ids closed (the frees of the
@@ -346,4 +374,5 @@ void qm__cache_fork_child(void) {
   group_live[group] = nthreads;
   if (registry)
     registry->next = registry->prev = NULL;
+  fork_reshuffle();
 }

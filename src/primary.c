@@ -510,6 +510,43 @@ void qm__primary_unlock_all(void) {
   for (unsigned c = QM_NCLASS; c--;)
     qm_unlock(&central[c].lock);
 }
+/* In a fork child: the chunks of a class's stack (top batch b) swap
+ * places at random across its batches and take fresh generations, so two
+ * children of one parent neither take the same chunks first nor hand them
+ * out with the same canaries. Without memory for the batches' index, each
+ * batch is shuffled within itself. */
+static void fork_reshuffle(unsigned c, qm_batch_t *top) {
+  size_t nb = 0;
+  for (qm_batch_t *b = top; b; b = b->next)
+    nb++;
+  if (!nb)
+    return;
+  size_t len = (nb * sizeof(qm_batch_t *) + qm__page - 1) & ~(qm__page - 1);
+  qm_batch_t **all = NULL;
+  if (nb > 1 && qm_os_map(len, 0, QM_PROT_RW, (void **)&all))
+    all = NULL;
+  size_t k = 0;
+  for (qm_batch_t *b = top; b; b = b->next) {
+    if (all)
+      all[k++] = b;
+  }
+  for (qm_batch_t *b = top; b; b = b->next)
+    for (uint32_t i = 0; i < b->count; i++) {
+      qm_batch_t *o = all ? all[qm_rand_below((uint32_t)nb)] : b;
+      if (!o->count)
+        continue;
+      uint32_t j = qm_rand_below(o->count);
+      uintptr_t t = b->chunk[i];
+      b->chunk[i] = o->chunk[j];
+      o->chunk[j] = t;
+    }
+  for (qm_batch_t *b = top; b; b = b->next)
+    for (uint32_t i = 0; i < b->count; i++)
+      b->chunk[i] = qm_slot_chunk(qm__small_regen(b->chunk[i], c));
+  if (all)
+    qm_os_unmap(all, len);
+}
+
 /* The forking thread is the child's only one: every group's stack becomes
  * its group's, or chunks below QM_STEAL_MIN in the others would sit unused. */
 void qm__primary_fork_child(unsigned group) {
@@ -529,5 +566,6 @@ void qm__primary_fork_child(unsigned group) {
       cl->nfree_of[own] += cl->nfree_of[g];
       cl->nfree_of[g] = 0;
     }
+    fork_reshuffle(c, cl->full[own]);
   }
 }

@@ -544,6 +544,25 @@ void qm__state_orphan(unsigned id) {
   close_inbox(id, false);
 }
 
+uintptr_t qm__small_regen(uintptr_t s, unsigned c) {
+  uintptr_t ch = qm_slot_chunk(s), roff = ch - qm_region(c);
+  if (roff >= committed(c))
+    qm__small_bad_pop(ch, c);
+  uint64_t *e = qm_entry_at(c, qm_chunk_index(roff, c)), w = qm_entry_load(e);
+  /* FREE, or NONE: carved, never handed out */
+  if (qm_e_state(w) == QM_CHUNK_ALLOC || qm_e_state(w) == QM_CHUNK_SENT)
+    qm__report_bad_entry(qm__class[c].size, ch, "chunk in use");
+  uint64_t gen = qm_rand() & 0xffff;
+  qm_entry_store(e, (w & ~QM_E_GEN) | gen << QM_E_GEN_SHIFT);
+  return qm_slot_make(ch, gen);
+}
+
+void qm__small_pend_regen(void) {
+  for (unsigned i = 0; i < QM_PEND_N; i++)
+    if (qm__pend[i].slot)
+      qm__pend[i].slot = qm__small_regen(qm__pend[i].slot, (unsigned)qm__pend[i].c);
+}
+
 void qm__state_fork_prepare(void) { qm_lock(&msg_lock); }
 void qm__state_fork_parent(void) { qm_unlock(&msg_lock); }
 void qm__state_fork_child(void) {

@@ -196,6 +196,13 @@ void qm__state_retire(unsigned id);
 /* In a fork child: the ids of the parent's other threads have no thread;
  * what was sent to them is applied now. */
 void qm__state_orphan(unsigned id);
+/* In a fork child: free chunk s (chunk | generation << 48, or a chunk
+ * alone) of class c takes a fresh random generation, so its canary once
+ * handed out is not the one its parent's or a sibling's copy has; returns
+ * chunk | new generation << 48. */
+uintptr_t qm__small_regen(uintptr_t s, unsigned c);
+/* In a fork child: this thread's parked frees take fresh generations. */
+void qm__small_pend_regen(void);
 void qm__state_fork_prepare(void);
 void qm__state_fork_parent(void);
 void qm__state_fork_child(void);

@@ -68,16 +68,28 @@ TEST(Fork, ChildAllocatesWhileParentThreadsDid) {
 // carved or taken), which aged large chunk each request gets, the sampling
 // countdown.
 struct Draws {
-  std::vector<uintptr_t> reuse, batch, large;
+  std::vector<uintptr_t> first, canary, reuse, batch, large;
   uintptr_t sample = 0;
 };
 
-constexpr int kSmall = 64, kLarge = 12;
+constexpr int kFirst = 16, kSmall = 64, kLarge = 12;
 
 Draws draw() {
   Draws d;
   d.sample = qmt_sample_left();
   std::vector<void *> v;
+  // the first mallocs, from what the parent freed, and their canaries
+  for (int i = 0; i < kFirst; i++) {
+    v.push_back(qm_malloc(48));
+    uint64_t k = 0; // a sampled chunk (guarded slot) has none
+    if (!qmt_is_guarded(v.back()))
+      std::memcpy(&k, static_cast<char *>(v.back()) + 48, 8);
+    d.first.push_back(reinterpret_cast<uintptr_t>(v.back()));
+    d.canary.push_back(k);
+  }
+  for (void *p : v)
+    qm_free(p);
+  v.clear();
   for (int i = 0; i < kSmall; i++)
     v.push_back(qm_malloc(48));
   for (void *p : v)
@@ -120,6 +132,8 @@ Draws child_draws() {
     alarm(20);
     close(fds[0]);
     Draws d = draw();
+    put(fds[1], d.first);
+    put(fds[1], d.canary);
     put(fds[1], d.reuse);
     put(fds[1], d.batch);
     put(fds[1], d.large);
@@ -128,10 +142,12 @@ Draws child_draws() {
   }
   close(fds[1]);
   Draws d;
+  d.first.resize(kFirst);
+  d.canary.resize(kFirst);
   d.reuse.resize(kSmall);
   d.batch.resize(16);
   d.large.resize(kLarge);
-  std::vector<uintptr_t> all(kSmall + 16 + kLarge + 1);
+  std::vector<uintptr_t> all(2 * kFirst + kSmall + 16 + kLarge + 1);
   size_t got = 0, want = all.size() * sizeof all[0];
   while (got < want) {
     ssize_t r = read(fds[0], reinterpret_cast<char *>(all.data()) + got, want - got);
@@ -144,9 +160,13 @@ Draws child_draws() {
   EXPECT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_EQ(got, want);
-  std::copy(all.begin(), all.begin() + kSmall, d.reuse.begin());
-  std::copy(all.begin() + kSmall, all.begin() + kSmall + 16, d.batch.begin());
-  std::copy(all.begin() + kSmall + 16, all.end() - 1, d.large.begin());
+  auto at = all.begin();
+  std::copy(at, at + kFirst, d.first.begin());
+  std::copy(at + kFirst, at + 2 * kFirst, d.canary.begin());
+  at += 2 * kFirst;
+  std::copy(at, at + kSmall, d.reuse.begin());
+  std::copy(at + kSmall, at + kSmall + 16, d.batch.begin());
+  std::copy(at + kSmall + 16, all.end() - 1, d.large.begin());
   d.sample = all.back();
   return d;
 }
@@ -167,6 +187,15 @@ TEST(Fork, ChildrenDrawAfresh) {
   for (void *p : v)
     qm_free(p);
   Draws a = child_draws(), b = child_draws(), p = draw();
+  // inherited free chunks: neither the same first chunks in one order, nor
+  // one canary in common (a forking server is no canary oracle)
+  EXPECT_NE(a.first, b.first) << "two children's first mallocs get the same chunks";
+  EXPECT_NE(a.first, p.first) << "a child's first mallocs get its parent's next chunks";
+  for (int i = 0; i < kFirst; i++)
+    for (int j = 0; j < kFirst; j++)
+      if (a.first[i] == b.first[j] && a.canary[i]) {
+        EXPECT_NE(a.canary[i], b.canary[j]) << "one chunk with one canary in two children";
+      }
   EXPECT_NE(a.reuse, b.reuse) << "two children reuse small chunks in one order";
   EXPECT_NE(a.reuse, p.reuse) << "a child reuses small chunks in its parent's order";
   EXPECT_NE(a.batch, b.batch) << "two children get a batch in one order";
