@@ -215,7 +215,7 @@ void qm__init_slow(void) {
   size_t limit = qm__opt.large_threshold_kb << 10;
   if (limit > QM_SMALL_MAX + 1)
     limit = QM_SMALL_MAX + 1;
-  if (qm__primary_init(qm__secret) == 0)
+  if (qm__primary_init(qm__secret) == 0 && qm__state_init() == 0)
     qm__small_limit = limit;
   /* else every request goes to the secondary: slow, but correct */
   qm__late_init();

@@ -41,6 +41,7 @@ RO uintptr_t qm__boot_base;
 RO size_t qm__page;
 RO unsigned qm__page_shift;
 RO bool qm__cache_checked;
+RO struct qm_state_meta *qm__smeta;
 
 /* zeroed read-only copies until init maps the real pages; writable
  * fallbacks, never sealed, where it cannot */

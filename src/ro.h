@@ -49,6 +49,9 @@ typedef struct qm_guarded_fixed {
   unsigned ncls, reg_shift; /* slot classes, and log2 of each one's region */
   qm_gclass_fixed_t cls[QM_GUARDED_CLASSES];
 } qm_guarded_fixed_t;
+/* the small chunks' steering state, in guarded metadata (smallstate.c) */
+struct qm_state_meta;
+extern struct qm_state_meta *qm__smeta;
 extern qm_large_fixed_t *qm__lfix;
 extern qm_guarded_fixed_t *qm__gfix;
 /* Maps the two pages (in init, before qm__ro_seal). */

@@ -19,6 +19,7 @@
 #include "options.h"
 #include "qmalloc.h"
 #include "report.h"
+#include "ro.h"
 #include "zero.h"
 
 __thread uint64_t qm__me __attribute__((tls_model("initial-exec"))) = QM_E_NOBODY;
@@ -341,9 +342,29 @@ typedef struct owner_slot {
   _Atomic(msgb_t *) inbox;
   qm_lock_t lock;
 } __attribute__((aligned(64))) owner_slot_t;
-static owner_slot_t owners[QM_MAX_OWNERS];
+/* The steering state (every id's inbox and lock, the shared stack of
+ * spare batches and its lock) lives in a metadata mapping between guard
+ * pages, mapped at init; the pointer to it is sealed (qm__smeta, ro.c). In
+ * .bss it sat where a stray write past the library's data could redirect
+ * frees. */
+struct qm_state_meta {
+  owner_slot_t owners[QM_MAX_OWNERS];
+  qm_lock_t msg_lock;
+  struct msgb *msg_spare;
+};
+int qm__state_init(void) {
+  struct qm_state_meta *m = qm__meta_alloc(sizeof *m);
+  if (!m)
+    return -1;
+  qm_lock_reinit(&m->msg_lock); /* zeroed: a default mutex; made adaptive */
+  qm__smeta = m;
+  return 0;
+}
 
-static qm_lock_t msg_lock = QM_LOCK_INIT;
+#define owners (qm__smeta->owners)
+#define msg_lock (qm__smeta->msg_lock)
+#define msg_spare (qm__smeta->msg_spare)
+
 /* Emptied batches. A thread with an id keeps the ones it empties in a
  * chain of its own and trades whole chains of up to SPARE_CHAIN with the
  * shared stack (msg_spare: chain heads linked by `chain`, each head's count
@@ -352,7 +373,6 @@ static qm_lock_t msg_lock = QM_LOCK_INIT;
  * contended on it for 25-40% of producer-consumer's time. A thread with no
  * id has no exit hook to return a chain at: it trades single batches. */
 #define SPARE_CHAIN 16u
-static msgb_t *msg_spare;
 static __thread msgb_t *spare_local __attribute__((tls_model("initial-exec")));
 static __thread unsigned spare_local_n __attribute__((tls_model("initial-exec")));
 
@@ -613,9 +633,18 @@ void qm__small_pend_regen(void) {
       qm__pend[i].slot = qm__small_regen(qm__pend[i].slot, (unsigned)qm__pend[i].c);
 }
 
-void qm__state_fork_prepare(void) { qm_lock(&msg_lock); }
-void qm__state_fork_parent(void) { qm_unlock(&msg_lock); }
+/* (no steering state: small chunks are not in use) */
+void qm__state_fork_prepare(void) {
+  if (qm__smeta)
+    qm_lock(&msg_lock);
+}
+void qm__state_fork_parent(void) {
+  if (qm__smeta)
+    qm_unlock(&msg_lock);
+}
 void qm__state_fork_child(void) {
+  if (!qm__smeta)
+    return;
   qm_lock_reinit(&msg_lock);
   unsigned me = my_id();
   if (me)

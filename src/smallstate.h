@@ -203,6 +203,9 @@ void qm__state_orphan(unsigned id);
 uintptr_t qm__small_regen(uintptr_t s, unsigned c);
 /* In a fork child: this thread's parked frees take fresh generations. */
 void qm__small_pend_regen(void);
+/* Maps the steering state (inboxes, spare batches), in init before the
+ * seal; -1 without memory, when small chunks are not used. */
+int qm__state_init(void);
 void qm__state_fork_prepare(void);
 void qm__state_fork_parent(void);
 void qm__state_fork_child(void);

@@ -95,6 +95,9 @@ long qmt_read_file(const char *path, char *buf, size_t cap);
 size_t qmt_metadata(uintptr_t (*out)[2], size_t cap);
 /* The pages sealed read-only after init: [lo, hi). */
 void qmt_ro_range(uintptr_t *lo, uintptr_t *hi);
+/* Where the small chunks' steering state (owners' inboxes, spare batches)
+ * is, and where the pointer to it is. */
+uintptr_t qmt_steering_state(uintptr_t *pointer_at);
 /* Writes to the sealed options / a class key: must fault. */
 void qmt_poke_options(void);
 void qmt_poke_class_key(void);

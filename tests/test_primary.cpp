@@ -514,6 +514,23 @@ TEST(Primary, MetadataIsFencedByGuardPages) {
   qm_free(large);
 }
 
+// The steering state of frees between threads (every owner's inbox, the
+// spare message batches) is in a metadata mapping between guard pages, and
+// the pointer to it sealed: not in writable data beside the library's.
+TEST(Primary, SteeringStateIsInGuardedMetadata) {
+  qm_free(qm_malloc(24));
+  uintptr_t at, s = qmt_steering_state(&at), lo, hi;
+  ASSERT_NE(s, 0u);
+  qmt_ro_range(&lo, &hi);
+  EXPECT_TRUE(at >= lo && at < hi) << "the pointer to it is sealed";
+  uintptr_t r[64][2];
+  size_t n = qmt_metadata(r, 64);
+  bool in = false;
+  for (size_t i = 0; i < n; i++)
+    in |= s >= r[i][0] && s < r[i][1];
+  EXPECT_TRUE(in) << "in a metadata mapping (fenced by guard pages)";
+}
+
 // Options, class table, keys and region bases are read-only once init is
 // done: a write primitive cannot turn a check off or learn to forge keys.
 TEST(Primary, GlobalStateIsReadOnly) {
