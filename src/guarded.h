@@ -13,8 +13,8 @@
 #include "fmt.h"
 #include "qm.h"
 #include "qmalloc.h"
-#include "ro.h"
 #include "report.h"
+#include "ro.h"
 
 /* The per-thread countdown to the next sampled malloc: the one thing the
  * malloc fast path pays for sampling (a decrement and a branch). Starts at 1

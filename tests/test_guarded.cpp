@@ -122,9 +122,9 @@ void check_sizes_and_frees(size_t n) {
   EXPECT_EQ(qm_malloc_object_size(p), 0u);
   EXPECT_DEATH(qm_free(p), "^" QM_ERR "double free of " HEX " \\(sampled small chunk, " +
                                std::to_string(n) + " bytes\\)\n" QM_END);
-  EXPECT_DEATH(qm_malloc_usable_size(p), "^" QM_ERR "malloc_usable_size of " HEX
-                                         " \\(sampled small chunk, " +
-                                             std::to_string(n) + " bytes, already freed\\)\n" QM_END);
+  EXPECT_DEATH(qm_malloc_usable_size(p),
+               "^" QM_ERR "malloc_usable_size of " HEX " \\(sampled small chunk, " +
+                   std::to_string(n) + " bytes, already freed\\)\n" QM_END);
   // calloc is zero even in a reused slot
   for (int i = 0; i < 64; i++) {
     char *q = static_cast<char *>(qm_malloc(n));

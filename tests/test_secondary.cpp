@@ -343,24 +343,26 @@ TEST(LargeDeathTest, WriteJustBeforeTheStartFaults) {
 TEST(LargeDeathTest, DoubleFreeIsReported) {
   void *p = qm_malloc(128 * KiB);
   qm_free(p);
-  EXPECT_DEATH(qm_free(p),
-               "^" QM_ERR "double free of " HEX " \\(large chunk, 131072 bytes\\)\n" QM_CALL QM_FREED);
+  EXPECT_DEATH(qm_free(p), "^" QM_ERR "double free of " HEX
+                           " \\(large chunk, 131072 bytes\\)\n" QM_CALL QM_FREED);
 }
 
 TEST(LargeDeathTest, ReallocOfAFreedChunkIsReported) {
   void *p = qm_malloc(128 * KiB);
   qm_free(p);
   EXPECT_DEATH(qm_realloc(p, 256 * KiB),
-               "^" QM_ERR "realloc of " HEX " \\(freed large chunk, 131072 bytes\\)\n" QM_CALL QM_FREED);
-  EXPECT_DEATH(qm_malloc_usable_size(p), "^" QM_ERR "malloc_usable_size of " HEX
-                                         " \\(freed large chunk, 131072 bytes\\)\n" QM_CALL QM_FREED);
+               "^" QM_ERR "realloc of " HEX
+               " \\(freed large chunk, 131072 bytes\\)\n" QM_CALL QM_FREED);
+  EXPECT_DEATH(qm_malloc_usable_size(p),
+               "^" QM_ERR "malloc_usable_size of " HEX
+               " \\(freed large chunk, 131072 bytes\\)\n" QM_CALL QM_FREED);
 }
 
 TEST(LargeDeathTest, InteriorPointerIsAnInvalidFree) {
   char *p = static_cast<char *>(qm_malloc(MiB));
-  EXPECT_DEATH(qm_free(p + 4096),
-               "^" QM_ERR "invalid free of " HEX
-               " \\(offset 4096 in large chunk of 1048576 bytes at " HEX "\\)\n" QM_CALL QM_ALLOCATED);
+  EXPECT_DEATH(qm_free(p + 4096), "^" QM_ERR "invalid free of " HEX
+                                  " \\(offset 4096 in large chunk of 1048576 bytes at " HEX
+                                  "\\)\n" QM_CALL QM_ALLOCATED);
   qm_free(p);
 }
 
