@@ -47,8 +47,19 @@ typedef struct central {
   size_t purged_bytes, purges;
 } __attribute__((aligned(64))) central_t;
 
-_Atomic size_t qm__committed[QM_NCLASS + 1];
-static central_t central[QM_NCLASS];
+/* The committed counts and the central lists steer every allocation: they
+ * live in a metadata mapping between guard pages, made at init, reached
+ * through sealed pointers (qm__committed, qm__central: ro.c), not in .bss
+ * where a stray write past the library's data could redirect them. Until
+ * init (or where its mapping failed) the central lists are these, which
+ * nothing allocates from: fork and stats may still walk them. */
+typedef struct primary_meta {
+  central_t lists[QM_NCLASS];
+  _Atomic size_t committed[QM_NCLASS + 1];
+} primary_meta_t;
+extern struct central *qm__central;
+static central_t central_none[QM_NCLASS];
+#define central (qm__central ? qm__central : central_none)
 static _Atomic uint64_t pending; /* classes with a purge due (bit c) */
 
 /* Per-class region: 8 GiB (416 GiB of PROT_NONE address space in all, no
@@ -90,6 +101,11 @@ static uint64_t mix(uint64_t x) {
 }
 
 int qm__primary_init(uint64_t secret) {
+  primary_meta_t *pm = qm__meta_alloc(sizeof *pm);
+  if (!pm)
+    return -1;
+  qm__central = pm->lists;
+  qm__committed = pm->committed;
   /* a power of two, at least 256 KiB: the largest class's chunk then fits
    * between two guards */
   size_t g = (size_t)qm__opt.guard_interval_kb << 10;

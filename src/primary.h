@@ -40,7 +40,9 @@ typedef struct qm_class_info {
 
 extern qm_class_info_t qm__class[QM_NCLASS + 1];
 /* Bytes of each region that are RW; only grows (0 for QM_ZCLASS). */
-extern _Atomic size_t qm__committed[QM_NCLASS + 1];
+/* (In the primary's metadata mapping between guard pages, reached through
+ * a sealed pointer: zeroed, never-written counts until init.) */
+extern _Atomic size_t *qm__committed;
 extern uintptr_t qm__pbase;
 extern size_t qm__pspan; /* 0 until init: every pointer then looks large */
 extern unsigned qm__rshift;

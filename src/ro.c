@@ -42,6 +42,12 @@ RO size_t qm__page;
 RO unsigned qm__page_shift;
 RO bool qm__cache_checked;
 RO struct qm_state_meta *qm__smeta;
+/* The primary's steering state (committed bytes and central lists, see
+ * primary.c): until init maps it, a zeroed array that nothing writes (no
+ * small chunk exists, every small pointer is outside what is committed). */
+static _Atomic size_t committed_none[QM_NCLASS + 1];
+RO _Atomic size_t *qm__committed = committed_none;
+RO struct central *qm__central;
 
 /* zeroed read-only copies until init maps the real pages; writable
  * fallbacks, never sealed, where it cannot */

@@ -76,9 +76,19 @@ void qmt_free_interrupting(uintptr_t mark, void *q) {
 }
 unsigned qmt_bin_count(unsigned c) { return qm__bin[c].count; }
 int qmt_cache_checked(void) { return qm__cache_checked; }
-uintptr_t qmt_steering_state(uintptr_t *pointer_at) {
-  *pointer_at = (uintptr_t)&qm__smeta;
-  return (uintptr_t)qm__smeta;
+extern struct central *qm__central;
+uintptr_t qmt_steering_state(unsigned which, uintptr_t *pointer_at) {
+  switch (which) {
+  case 0:
+    *pointer_at = (uintptr_t)&qm__smeta;
+    return (uintptr_t)qm__smeta;
+  case 1:
+    *pointer_at = (uintptr_t)&qm__central;
+    return (uintptr_t)qm__central;
+  default:
+    *pointer_at = (uintptr_t)&qm__committed;
+    return (uintptr_t)qm__committed;
+  }
 }
 unsigned qmt_owner_id(void) {
   return qm__me == QM_E_NOBODY ? 0 : (unsigned)(qm__me >> QM_E_OWNER_SHIFT) & 0xffff;

@@ -95,9 +95,10 @@ long qmt_read_file(const char *path, char *buf, size_t cap);
 size_t qmt_metadata(uintptr_t (*out)[2], size_t cap);
 /* The pages sealed read-only after init: [lo, hi). */
 void qmt_ro_range(uintptr_t *lo, uintptr_t *hi);
-/* Where the small chunks' steering state (owners' inboxes, spare batches)
- * is, and where the pointer to it is. */
-uintptr_t qmt_steering_state(uintptr_t *pointer_at);
+/* Where the small chunks' steering state is, and where the pointer to it
+ * is: which = 0 the owners' inboxes and spare batches, 1 the central
+ * lists, 2 the committed counts. */
+uintptr_t qmt_steering_state(unsigned which, uintptr_t *pointer_at);
 /* Writes to the sealed options / a class key: must fault. */
 void qmt_poke_options(void);
 void qmt_poke_class_key(void);

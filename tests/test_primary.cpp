@@ -519,16 +519,20 @@ TEST(Primary, MetadataIsFencedByGuardPages) {
 // the pointer to it sealed: not in writable data beside the library's.
 TEST(Primary, SteeringStateIsInGuardedMetadata) {
   qm_free(qm_malloc(24));
-  uintptr_t at, s = qmt_steering_state(&at), lo, hi;
-  ASSERT_NE(s, 0u);
+  uintptr_t lo, hi;
   qmt_ro_range(&lo, &hi);
-  EXPECT_TRUE(at >= lo && at < hi) << "the pointer to it is sealed";
   uintptr_t r[64][2];
   size_t n = qmt_metadata(r, 64);
-  bool in = false;
-  for (size_t i = 0; i < n; i++)
-    in |= s >= r[i][0] && s < r[i][1];
-  EXPECT_TRUE(in) << "in a metadata mapping (fenced by guard pages)";
+  // the owners' inboxes, the central lists, the committed counts
+  for (unsigned which = 0; which < 3; which++) {
+    uintptr_t at, s = qmt_steering_state(which, &at);
+    ASSERT_NE(s, 0u) << which;
+    EXPECT_TRUE(at >= lo && at < hi) << which << ": the pointer to it is sealed";
+    bool in = false;
+    for (size_t i = 0; i < n; i++)
+      in |= s >= r[i][0] && s < r[i][1];
+    EXPECT_TRUE(in) << which << ": in a metadata mapping (fenced by guard pages)";
+  }
 }
 
 // Options, class table, keys and region bases are read-only once init is
