@@ -102,6 +102,39 @@ static int canary_leak(void) {
   return 0;
 }
 
+/* Runs child(t) in a fresh process per trial: every one must die of
+ * SIGABRT (a child that exits 0 had both frees accepted). A child that
+ * exits 3 saw no chance to attack (no signal landed): inconclusive, and
+ * at most a tenth of the trials may be. */
+static int every_trial_aborts(int trials, void (*child)(int t)) {
+  int inconclusive = 0;
+  for (int t = 0; t < trials; t++) {
+    pid_t pid = fork();
+    if (pid < 0)
+      return 2;
+    if (!pid)
+      child(t);
+    int st;
+    waitpid(pid, &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 3) {
+      inconclusive++;
+      continue;
+    }
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT) {
+      fprintf(stderr, "attack: trial %d: both frees accepted\n", t);
+      return 1;
+    }
+  }
+  if (inconclusive > trials / 10) {
+    fprintf(stderr, "attack: %d of %d trials had no signal during a free\n", inconclusive, trials);
+    return 1;
+  }
+  fprintf(stderr, "attack: %d trials, every one aborted\n", trials);
+  if (inconclusive)
+    fprintf(stderr, "attack: (%d without a signal during a free)\n", inconclusive);
+  return 0;
+}
+
 /* Signal re-entry: a free interrupted by a signal whose handler frees the
  * same pointer. The child frees one chunk after another, each named in
  * `sig_target` only while it is being freed; a timer fires every 20 us and its
@@ -121,45 +154,24 @@ static void free_target(int sig) {
     fired = 1;
   }
 }
+static void signal_double_free_child(int t) {
+  (void)t;
+  signal(SIGALRM, free_target);
+  struct itimerval it = {{0, 20}, {0, 20}};
+  setitimer(ITIMER_REAL, &it, NULL);
+  for (long i = 0; i < 20000000 && !fired; i++) {
+    void *p = opaque(malloc(64));
+    sig_target = p;
+    free(p);
+    sig_target = NULL;
+  }
+  /* the chunk freed twice is handed out again: both frees accepted */
+  for (int i = 0; i < 1000; i++)
+    free(opaque(malloc(64)));
+  _exit(fired ? 0 : 3);
+}
 static int signal_double_free(int trials) {
-  int inconclusive = 0;
-  for (int t = 0; t < trials; t++) {
-    pid_t pid = fork();
-    if (pid < 0)
-      return 2;
-    if (!pid) {
-      signal(SIGALRM, free_target);
-      struct itimerval it = {{0, 20}, {0, 20}};
-      setitimer(ITIMER_REAL, &it, NULL);
-      for (long i = 0; i < 20000000 && !fired; i++) {
-        void *p = opaque(malloc(64));
-        sig_target = p;
-        free(p);
-        sig_target = NULL;
-      }
-      /* the chunk freed twice is handed out again: both frees accepted */
-      for (int i = 0; i < 1000; i++)
-        free(opaque(malloc(64)));
-      _exit(fired ? 0 : 3);
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 3) {
-      inconclusive++;
-      continue;
-    }
-    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT) {
-      fprintf(stderr, "attack: trial %d: both frees accepted\n", t);
-      return 1;
-    }
-  }
-  if (inconclusive > trials / 10) {
-    fprintf(stderr, "attack: %d of %d trials had no signal during a free\n", inconclusive, trials);
-    return 1;
-  }
-  fprintf(stderr, "attack: %d trials, every one aborted\n", trials);
-  fprintf(stderr, "attack: (%d without a signal during a free)\n", inconclusive);
-  return 0;
+  return every_trial_aborts(trials, signal_double_free_child);
 }
 
 /* Signal re-entry split in two: a handler frees the victim while the
@@ -175,33 +187,21 @@ static void free_split_victim(int sig) {
   free(split_victim);
   split_handled = 1;
 }
+static void signal_split_free_child(int t) {
+  signal(SIGALRM, free_split_victim);
+  srand((unsigned)t * 2654435761u);
+  for (int i = 0; i < 1000; i++)
+    free(opaque(malloc(48)));
+  split_victim = opaque(malloc(48));
+  struct itimerval it = {{0, 0}, {0, 1 + rand() % 40}};
+  setitimer(ITIMER_REAL, &it, NULL);
+  for (long spin = 0; !split_handled && spin < 200000000L; spin++)
+    free(opaque(malloc(48)));
+  free(split_victim);
+  _exit(0);
+}
 static int signal_split_free(int trials) {
-  for (int t = 0; t < trials; t++) {
-    pid_t pid = fork();
-    if (pid < 0)
-      return 2;
-    if (!pid) {
-      signal(SIGALRM, free_split_victim);
-      srand((unsigned)t * 2654435761u);
-      for (int i = 0; i < 1000; i++)
-        free(opaque(malloc(48)));
-      split_victim = opaque(malloc(48));
-      struct itimerval it = {{0, 0}, {0, 1 + rand() % 40}};
-      setitimer(ITIMER_REAL, &it, NULL);
-      for (long spin = 0; !split_handled && spin < 200000000L; spin++)
-        free(opaque(malloc(48)));
-      free(split_victim);
-      _exit(0);
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT) {
-      fprintf(stderr, "attack: trial %d: both frees accepted\n", t);
-      return 1;
-    }
-  }
-  fprintf(stderr, "attack: %d trials, every one aborted\n", trials);
-  return 0;
+  return every_trial_aborts(trials, signal_split_free_child);
 }
 
 /* n bytes asked for, k written past them, with value v */
@@ -223,30 +223,19 @@ static void *racer(void *p) {
 /* Two threads free one pointer at the same instant, in a fresh child per
  * trial; every child must die of SIGABRT: a child that exits normally had
  * both frees accepted. */
+static void racing_double_free_child(int t) {
+  (void)t;
+  void *p = opaque(malloc(64));
+  pthread_t a, b;
+  pthread_barrier_init(&bar, NULL, 2);
+  pthread_create(&a, NULL, racer, p);
+  pthread_create(&b, NULL, racer, p);
+  pthread_join(a, NULL);
+  pthread_join(b, NULL);
+  _exit(0);
+}
 static int racing_double_free(int trials) {
-  for (int t = 0; t < trials; t++) {
-    pid_t pid = fork();
-    if (pid < 0)
-      return 2;
-    if (!pid) {
-      void *p = opaque(malloc(64));
-      pthread_t a, b;
-      pthread_barrier_init(&bar, NULL, 2);
-      pthread_create(&a, NULL, racer, p);
-      pthread_create(&b, NULL, racer, p);
-      pthread_join(a, NULL);
-      pthread_join(b, NULL);
-      _exit(0);
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT) {
-      fprintf(stderr, "attack: trial %d: both frees accepted\n", t);
-      return 1;
-    }
-  }
-  fprintf(stderr, "attack: %d trials, every one aborted\n", trials);
-  return 0;
+  return every_trial_aborts(trials, racing_double_free_child);
 }
 
 /* The lowest 16-byte chunk (8 bytes and the canary), then a write of 200 bytes below it: where the
