@@ -189,10 +189,23 @@ protected:
     fclose(f);
     return s;
   }
+  // Creates an empty file at path.
+  static void touch(const std::string &path) {
+    FILE *f = fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fclose(f);
+  }
+  // The one warning for a log file that is refused, then the two warnings.
+  static std::string refused(const std::string &path, const std::string &why);
 };
 
 const char *const kBogus = "qmalloc: WARNING: QMALLOC_OPTIONS: unknown option 'bogus' ignored\n"
                            "qmalloc: WARNING: QMALLOC_OPTIONS: unknown option 'bogus' ignored\n";
+
+std::string LogPath::refused(const std::string &path, const std::string &why) {
+  return "qmalloc: WARNING: log_path: cannot open '" + path + "': " + why +
+         "; reports go to stderr only\n" + kBogus;
+}
 
 TEST_F(LogPath, WritesThePidFileReadableByItsOwnerOnly) {
   EXPECT_EQ(twice(dir + "/qm"), kBogus);
@@ -204,56 +217,41 @@ TEST_F(LogPath, WritesThePidFileReadableByItsOwnerOnly) {
 
 TEST_F(LogPath, SymbolicLinkIsRefused) {
   std::string target = dir + "/target";
-  FILE *f = fopen(target.c_str(), "w");
-  ASSERT_NE(f, nullptr);
-  fclose(f);
+  touch(target);
   ASSERT_EQ(symlink(target.c_str(), file.c_str()), 0);
-  EXPECT_EQ(twice(dir + "/qm"), "qmalloc: WARNING: log_path: cannot open '" + file +
-                                    "': it is a symbolic link, refused; reports go to stderr "
-                                    "only\n" +
-                                    kBogus);
+  EXPECT_EQ(twice(dir + "/qm"), refused(file, "it is a symbolic link, refused"));
   EXPECT_EQ(read(target), "");
 }
 
 TEST_F(LogPath, MissingDirectoryWarnsOnce) {
-  EXPECT_EQ(twice(dir + "/nothere/qm"),
-            "qmalloc: WARNING: log_path: cannot open '" + dir + "/nothere/qm." +
-                std::to_string(getpid()) +
-                "': its directory does not exist; reports go to stderr only\n" + kBogus);
+  EXPECT_EQ(twice(dir + "/nothere/qm"), refused(dir + "/nothere/qm." + std::to_string(getpid()),
+                                                "its directory does not exist"));
 }
+
+const char *const kNotOwnRegular =
+    "not a regular file with one link owned by the user writing it, refused";
 
 TEST_F(LogPath, FileWithAnotherLinkIsRefused) {
   std::string other = dir + "/other";
-  FILE *f = fopen(other.c_str(), "w");
-  ASSERT_NE(f, nullptr);
-  fclose(f);
+  touch(other);
   ASSERT_EQ(link(other.c_str(), file.c_str()), 0);
-  EXPECT_EQ(twice(dir + "/qm"), "qmalloc: WARNING: log_path: cannot open '" + file +
-                                    "': not a regular file with one link owned by the user "
-                                    "writing it, refused; reports go to stderr only\n" +
-                                    kBogus);
+  EXPECT_EQ(twice(dir + "/qm"), refused(file, kNotOwnRegular));
   EXPECT_EQ(read(other), "");
 }
 
 TEST_F(LogPath, FileOfAnotherUserIsRefused) {
   if (geteuid() != 0)
     GTEST_SKIP() << "needs root to make a file another user owns";
-  FILE *f = fopen(file.c_str(), "w");
-  ASSERT_NE(f, nullptr);
-  fclose(f);
+  touch(file);
   ASSERT_EQ(chown(file.c_str(), 65534, 65534), 0);
-  EXPECT_EQ(twice(dir + "/qm"), "qmalloc: WARNING: log_path: cannot open '" + file +
-                                    "': not a regular file with one link owned by the user "
-                                    "writing it, refused; reports go to stderr only\n" +
-                                    kBogus);
+  EXPECT_EQ(twice(dir + "/qm"), refused(file, kNotOwnRegular));
   EXPECT_EQ(read(file), "");
 }
 
 TEST_F(LogPath, PathIsPrintedEscaped) {
   EXPECT_EQ(twice(dir + "/no\nthere/qm"),
-            "qmalloc: WARNING: log_path: cannot open '" + dir + "/no\\x0athere/qm." +
-                std::to_string(getpid()) +
-                "': its directory does not exist; reports go to stderr only\n" + kBogus);
+            refused(dir + "/no\\x0athere/qm." + std::to_string(getpid()),
+                    "its directory does not exist"));
 }
 
 // Run with QMALLOC_OPTIONS="quarantine_mb=7:nonsense=1:probe=maybe" (meson test
