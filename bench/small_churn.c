@@ -150,6 +150,19 @@ static void *churn_run(void *arg) {
   return NULL;
 }
 
+/* The timed phase of a started crew: waits until every thread is warm,
+ * starts them, waits until every one is done (for producer-consumer, until
+ * every consumer has freed the last block); returns its ns and the minor
+ * faults count at its start in *f0. */
+static uint64_t crew_timed(long *f0) {
+  pthread_barrier_wait(&G.crew.warmed);
+  *f0 = bench_minflt();
+  uint64_t t0 = bench_now_ns();
+  G.t_start = t0;
+  pthread_barrier_wait(&G.crew.go);
+  pthread_barrier_wait(&G.crew.stop);
+  return bench_now_ns() - t0;
+}
 static int churn_main(void) {
   worker_t w[BENCH_MAX_THREADS];
   memset(w, 0, sizeof w);
@@ -173,13 +186,8 @@ static int churn_main(void) {
   }
   if (bench_crew_start(&G.crew, G.threads, churn_run, w, sizeof *w, "small_churn"))
     return 1;
-  pthread_barrier_wait(&G.crew.warmed);
-  long f0 = bench_minflt();
-  uint64_t t0 = bench_now_ns();
-  G.t_start = t0;
-  pthread_barrier_wait(&G.crew.go);
-  pthread_barrier_wait(&G.crew.stop);
-  uint64_t ns = bench_now_ns() - t0;
+  long f0;
+  uint64_t ns = crew_timed(&f0);
   long faults = bench_minflt() - f0;
   long hwm = bench_status_kb("VmHWM");
   long maps = bench_count_maps();
@@ -325,13 +333,8 @@ static int pc_main(void) {
   }
   if (bench_crew_start(&G.crew, 2 * G.pairs, pc_run, side, sizeof *side, "small_churn"))
     return 1;
-  pthread_barrier_wait(&G.crew.warmed);
-  long f0 = bench_minflt();
-  uint64_t t0 = bench_now_ns();
-  G.t_start = t0;
-  pthread_barrier_wait(&G.crew.go);
-  pthread_barrier_wait(&G.crew.stop); /* every consumer has freed the last block */
-  uint64_t ns = bench_now_ns() - t0;
+  long f0;
+  uint64_t ns = crew_timed(&f0); /* every consumer has freed the last block */
   long faults = bench_minflt() - f0;
   long hwm = bench_status_kb("VmHWM");
   long maps = bench_count_maps();
