@@ -21,7 +21,6 @@
 
 /* ---- small chunks ---- */
 
-QM_INLINE uintptr_t region_mask(void) { return ((uintptr_t)1 << qm__rshift) - 1; }
 QM_INLINE size_t committed(unsigned c) {
   return atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
 }
@@ -110,9 +109,6 @@ QM_EXPORT void *qm_malloc(size_t n) {
     qm_freeing_set(QM_BUSY);
     if (QM_LIKELY(b->count)) {
       uintptr_t s = b->slot[--b->count], ch = qm_slot_chunk(s);
-      /* the next chunk of this class is about to have its canary written:
-       * start fetching its line now (slot[-1] is the bin's own memory) */
-      __builtin_prefetch((void *)qm_slot_chunk(b->slot[(int)b->count - 1]), 1);
       /* an entry of the cache must be in its class region: checked from
        * the address alone. Entries were checked in full when they entered
        * the cache (at free, or by the central list's arm), the cache's
@@ -121,10 +117,10 @@ QM_EXPORT void *qm_malloc(size_t n) {
       uintptr_t roff = ch - qm__pbase;
       if (QM_LIKELY(roff >> qm__rshift == c)) {
         uint64_t gen = qm_slot_gen(s);
-        roff &= region_mask();
+        roff &= qm__rmask;
         qm_entry_store(qm_entry_at(c, qm_chunk_index(roff, c)),
                        qm__me | gen << QM_E_GEN_SHIFT | (uint64_t)n);
-        qm_store8(ch + n, qm_canary(ch, gen, c));
+        qm_store8(ch + n, qm_canary_of(s, c)); /* s: ch ^ gen << 48 */
         qm_freeing_clear();
         return (void *)ch;
       }
@@ -157,7 +153,7 @@ QM_EXPORT void qm_free(void *p) {
   if (QM_LIKELY(off < qm__pspan)) {
     qm_freeing_set(a);
     unsigned c = (unsigned)(off >> qm__rshift);
-    uintptr_t roff = off & region_mask();
+    uintptr_t roff = off & qm__rmask;
     /* 16-aligned and below the committed end: the entry is then in the
      * committed table even for a bad pointer; the zero-size region has
      * nothing committed */
@@ -171,24 +167,18 @@ QM_EXPORT void qm_free(void *p) {
        * checks at once, on the slow path. */
       if (QM_LIKELY(i * ci->size == roff && (w & (QM_E_STATE | QM_E_OFF | QM_E_OWNER)) == qm__me &&
                     !qm__cache_checked)) {
-        uint64_t fw = qm_e_freed(w);
+        uint64_t fw = qm_e_freed_alloc(w);
         qm_entry_store(e, fw);
-        /* the canary is checked QM_PEND_N frees from now: its line (cold
+        /* the canary is checked QM_PEND_HALF..QM_PEND_N - 1 frees from now
+         * (in a batch, qm__small_pend_batch): its line (cold
          * in a churn: the chunk was last touched at its malloc) arrives
          * meanwhile, and free does not wait for it */
         uintptr_t at = a + qm_e_size(w);
         __builtin_prefetch((void *)at);
-        qm_pend_t *q = &qm__pend[qm__pend_i++ % QM_PEND_N], old = *q;
-        *q = (qm_pend_t){qm_slot_make(a, qm_e_gen(fw)), at, qm_canary(a, qm_e_gen(w), c), c};
-        if (old.slot) {
-          if (QM_UNLIKELY(qm_load8(old.at) != old.expect))
-            qm__small_pend_error(&old);
-          qm_bin_t *b = &qm__bin[old.c];
-          if (QM_LIKELY(b->count < b->max)) /* at a random place: malloc takes the top one */
-            b->count = qm_bin_insert(b->slot, b->count, old.slot);
-          else
-            qm__small_release(old.slot, (unsigned)old.c);
-        }
+        unsigned k = qm__pend_i++;
+        qm__pend[k % QM_PEND_N] = (qm_pend_t){qm_slot_make(a, qm_e_gen(fw)), at};
+        if (QM_UNLIKELY(!((k + 1) % QM_PEND_HALF)))
+          qm__small_pend_batch(k + 1);
         qm_freeing_clear();
         return;
       }
@@ -435,7 +425,7 @@ QM_EXPORT size_t qm_malloc_object_size(const void *ptr) {
   uintptr_t a = (uintptr_t)ptr, off = a - qm__pbase;
   if (off < qm__pspan) {
     unsigned c = (unsigned)(off >> qm__rshift);
-    uintptr_t roff = off & region_mask();
+    uintptr_t roff = off & qm__rmask;
     if (c == QM_ZCLASS || roff >= committed(c))
       return 0;
     uintptr_t i = qm_chunk_index(roff, c), ch = a - roff + i * qm__class[c].size;

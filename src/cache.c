@@ -44,7 +44,6 @@ typedef struct qm_tcache {
   struct qm_tcache *next, *prev;
 } qm_tcache_t;
 
-__thread qm_bin_t qm__bin[QM_NCLASS + 1] __attribute__((tls_model("initial-exec")));
 /* checked mode's counts, one per bin, over the bins' slot arrays; and the
  * slot each bin's next take will hand out, drawn (and its chunk prefetched)
  * at the take before */

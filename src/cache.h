@@ -12,15 +12,10 @@
 #include "primary.h"
 #include "qm.h"
 #include "random.h"
+#include "thread.h"
 
-typedef struct qm_bin {
-  uint32_t count, max;
-  uintptr_t *slot; /* chunk addresses, slot[count-1] is the next handed out */
-} qm_bin_t;
-
-/* QM_NCLASS + 1: the bin of QM_ZCLASS exists so that malloc(0) can look at
- * it, and stays empty forever. */
-extern __thread qm_bin_t qm__bin[QM_NCLASS + 1] __attribute__((tls_model("initial-exec")));
+/* QM_NCLASS + 1 bins (thread.h): the bin of QM_ZCLASS exists so that
+ * malloc(0) can look at it, and stays empty forever. */
 
 /* Puts chunk into slot[0..n] at a random place; returns n + 1. */
 QM_INLINE uint32_t qm_bin_insert(uintptr_t *slot, uint32_t n, uintptr_t chunk) {
@@ -35,7 +30,7 @@ QM_INLINE uint32_t qm_bin_insert(uintptr_t *slot, uint32_t n, uintptr_t chunk) {
  * thread's chunks in the same slot arrays under counts of their own and do
  * the checks the fast paths leave out. Set once, by init, before any
  * allocation. */
-extern bool qm__cache_checked;
+extern QM_HIDDEN bool qm__cache_checked;
 #ifdef QM_TEST_HOOKS
 /* Test hook: chunks that left a delayed-free ring early (the ring was full). */
 size_t qm__cache_delay_early(void);

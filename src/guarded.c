@@ -44,7 +44,6 @@ typedef struct gclass {
   uint32_t dcur;        /* entries from head known to hold no pages */
 } gclass_t;
 
-__thread uint32_t qm__sample_left __attribute__((tls_model("initial-exec"))) = 1;
 static __thread bool armed __attribute__((tls_model("initial-exec")));
 /* Fixed once set up, sealed (ro.h): base, span, strategy, budget, shape. */
 #define GF (*qm__gfix)

@@ -19,7 +19,7 @@
 /* The per-thread countdown to the next sampled malloc: the one thing the
  * malloc fast path pays for sampling (a decrement and a branch). Starts at 1
  * in every thread, so a thread's first small malloc arms it. */
-extern __thread uint32_t qm__sample_left __attribute__((tls_model("initial-exec")));
+/* qm__sample_left, in thread.h */
 
 /* The slots' reservation (sealed, ro.h); both 0 until the first guarded
  * allocation, and then never changed: a pointer in it was handed out after

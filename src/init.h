@@ -11,12 +11,12 @@
 
 #include "report.h"
 
-extern size_t qm__small_limit;
+extern __attribute__((visibility("hidden"))) size_t qm__small_limit;
 /* The per-process secret, odd once set (early in init): keys the small
  * chunks' checksums and seeds the large chunks' reuse choice. */
-extern uint64_t qm__secret;
+extern __attribute__((visibility("hidden"))) uint64_t qm__secret;
 void qm__init_slow(void);
-extern int qm__init_done;
+extern __attribute__((visibility("hidden"))) int qm__init_done;
 
 static inline void qm__init(void) {
   if (__builtin_expect(!__atomic_load_n(&qm__init_done, __ATOMIC_ACQUIRE), 0))
@@ -24,12 +24,12 @@ static inline void qm__init(void) {
 }
 
 /* While the options are read: requests go to the bootstrap arena. */
-extern int qm__booting;
+extern __attribute__((visibility("hidden"))) int qm__booting;
 static inline bool qm__init_bootstrapping(void) {
   return __builtin_expect(__atomic_load_n(&qm__booting, __ATOMIC_RELAXED), 0);
 }
 /* Its base, 0 until its first chunk; sealed after init (ro.c). */
-extern uintptr_t qm__boot_base;
+extern __attribute__((visibility("hidden"))) uintptr_t qm__boot_base;
 void *qm__boot_alloc(size_t n);
 /* Whether p is in the arena; then size and free take only a live chunk's
  * start and report anything else as `op` (free: invalid or double free). */

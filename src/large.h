@@ -92,7 +92,7 @@ typedef struct qm_large {
 
 /* Defined in large_record.c. The short name keeps the code that moved out of
  * one file as it was. */
-extern qm_large_t qm__large;
+extern QM_HIDDEN qm_large_t qm__large;
 #define S qm__large
 /* What is fixed once the secondary is ready, sealed (ro.h). */
 #define LF (*qm__lfix)

@@ -12,7 +12,7 @@
 
 /* Zeroed, 64-byte aligned; NULL when the kernel has no memory for it. */
 void *qm__meta_alloc(size_t size);
-extern qm_lock_t qm__meta_lock;
+extern __attribute__((visibility("hidden"))) qm_lock_t qm__meta_lock;
 #ifdef QM_TEST_HOOKS
 /* Test hook: the mappings made so far, as [lo, hi) pairs (the maps check). */
 size_t qm__meta_ranges(uintptr_t (*out)[2], size_t cap);

@@ -15,7 +15,7 @@ typedef struct qm_options {
 #undef QM_OPT
 } qm_options_t;
 
-extern qm_options_t qm__opt;
+extern __attribute__((visibility("hidden"))) qm_options_t qm__opt;
 
 /* The bytes of the STR options, NUL-terminated; read-only after init too. */
 #define QM_STR_FIELD_BOOL(name)
@@ -29,7 +29,7 @@ typedef struct qm_option_strings {
   char unused_; /* a struct may not be empty */
 } qm_option_strings_t;
 
-extern qm_option_strings_t qm__opt_str;
+extern __attribute__((visibility("hidden"))) qm_option_strings_t qm__opt_str;
 
 enum { QM_PROBE_AUTO, QM_PROBE_FAST, QM_PROBE_SLOW };
 enum {

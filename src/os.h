@@ -22,7 +22,7 @@ typedef enum { QM_PROT_NONE = 0, QM_PROT_RW = 1 } qm_prot_t;
 typedef struct qm_os_counters {
   atomic_ulong mmap, munmap, mprotect, madvise, mremap, skipped, remapped;
 } qm_os_counters_t;
-extern qm_os_counters_t qm__os_counts;
+extern __attribute__((visibility("hidden"))) qm_os_counters_t qm__os_counts;
 
 /* Fresh anonymous private mapping of len bytes, aligned to align (a power of
  * two; 0 means the page size). No MAP_NORESERVE: a PROT_NONE mapping is not

@@ -160,6 +160,7 @@ int qm__primary_init(uint64_t secret) {
       }
       qm__pbase = (uintptr_t)p + qm__page;
       qm__rshift = shift;
+      qm__rmask = ((uintptr_t)1 << shift) - 1;
       qm__pspan = span;
       /* a guard page below the first table and after each */
       tbase = (uintptr_t)t + qm__page;

@@ -38,20 +38,21 @@ typedef struct qm_class_info {
   uint64_t *table;    /* this region's state table: entry i is chunk i's */
 } qm_class_info_t;
 
-extern qm_class_info_t qm__class[QM_NCLASS + 1];
+extern QM_HIDDEN qm_class_info_t qm__class[QM_NCLASS + 1];
 /* Bytes of each region that are RW; only grows (0 for QM_ZCLASS). */
 /* (In the primary's metadata mapping between guard pages, reached through
  * a sealed pointer: zeroed, never-written counts until init.) */
-extern _Atomic size_t *qm__committed;
-extern uintptr_t qm__pbase;
-extern size_t qm__pspan; /* 0 until init: every pointer then looks large */
-extern unsigned qm__rshift;
+extern QM_HIDDEN _Atomic size_t *qm__committed;
+extern QM_HIDDEN uintptr_t qm__pbase;
+extern QM_HIDDEN size_t qm__pspan; /* 0 until init: every pointer then looks large */
+extern QM_HIDDEN unsigned qm__rshift;
+extern QM_HIDDEN uintptr_t qm__rmask; /* (1 << qm__rshift) - 1: a byte's offset in its region */
 /* Guard pages inside class regions: the last page of every aligned span of
  * qm__gmask + 1 bytes of a region is inaccessible (0: no guards). A chunk
  * slot that would overlap it (its canary's 8 spare bytes included) is dead:
  * never carved, never a valid chunk. Chunk positions stay multiples of the
  * class size, so the index arithmetic is unchanged. */
-extern uintptr_t qm__gmask;
+extern QM_HIDDEN uintptr_t qm__gmask;
 QM_INLINE bool qm_slot_dead(uintptr_t roff, size_t size) {
   return qm__gmask && roff + size > (roff | qm__gmask) + 1 - qm__page;
 }
@@ -79,7 +80,7 @@ QM_INLINE unsigned qm_class_of_calc(size_t n) { return qm_class_of_chunk(n + QM_
  * (8i - 7 .. 8i) never straddle a class boundary (classes are multiples of
  * 16). */
 #define QM_CLASS_TAB_MAX 4096
-extern uint8_t qm__class_tab[QM_CLASS_TAB_MAX / 8 + 1];
+extern QM_HIDDEN uint8_t qm__class_tab[QM_CLASS_TAB_MAX / 8 + 1];
 QM_INLINE unsigned qm_class_of(size_t n) {
   if (QM_LIKELY(n <= QM_CLASS_TAB_MAX))
     return qm__class_tab[(n + 7) >> 3];

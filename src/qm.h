@@ -25,8 +25,8 @@
 
 /* The page size, read from the auxiliary vector at init (4 KiB on x86-64,
  * 4/16/64 KiB on arm64). Zero until qm__init_page_size() ran. */
-extern size_t qm__page;
-extern unsigned qm__page_shift;
+extern QM_HIDDEN size_t qm__page;
+extern QM_HIDDEN unsigned qm__page_shift;
 void qm__init_page_size(void);
 
 QM_INLINE uintptr_t qm_align_up(uintptr_t x, uintptr_t a) { return (x + a - 1) & ~(a - 1); }

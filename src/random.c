@@ -12,8 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-__thread uint64_t qm__rng __attribute__((tls_model("initial-exec")));
-
 /* Bumped in a fork child; a qm_rng_t whose epoch differs seeds itself. It
  * starts at 1 so that a zero-initialised qm_rng_t is stale. */
 static _Atomic uint64_t epoch = 1;

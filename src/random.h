@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "qm.h"
+#include "thread.h"
 
 /* One wyrand step of the state at s. */
 QM_INLINE uint64_t qm_wyrand(uint64_t *s) {
@@ -26,7 +27,7 @@ QM_INLINE uint64_t qm_wyrand(uint64_t *s) {
  * which one a take hands out, the order carved chunks are handed out in,
  * the sampling countdown. Seeded by qm_rand_thread_seed before the thread's
  * cache is made or its first sampling draw. */
-extern __thread uint64_t qm__rng __attribute__((tls_model("initial-exec")));
+/* qm__rng, in thread.h */
 QM_INLINE uint64_t qm_rand(void) { return qm_wyrand(&qm__rng); }
 /* A draw below n (n > 0), by multiply-high: no division. */
 QM_INLINE uint32_t qm_rand_below(uint32_t n) {

@@ -30,7 +30,7 @@ const char *qm__access_name(qm_access_t k);
 /* The operation of free(), "invalid free of": passed down as op and told
  * apart by its address, never by its text (a free of a freed chunk is then
  * reported as a double free). */
-extern const char qm__op_free[];
+extern QM_HIDDEN const char qm__op_free[];
 
 /* what: e.g. "double free of"; details: already formatted, may be NULL. */
 _Noreturn void qm__report_fatal(const char *what, const void *ptr, const char *details) QM_COLD;

@@ -34,6 +34,7 @@ RO uint8_t qm__class_tab[QM_CLASS_TAB_MAX / 8 + 1];
 RO uintptr_t qm__pbase;
 RO size_t qm__pspan;
 RO unsigned qm__rshift;
+RO uintptr_t qm__rmask;
 RO uintptr_t qm__gmask;
 RO size_t qm__small_limit;
 RO uint64_t qm__secret;

@@ -51,9 +51,9 @@ typedef struct qm_guarded_fixed {
 } qm_guarded_fixed_t;
 /* the small chunks' steering state, in guarded metadata (smallstate.c) */
 struct qm_state_meta;
-extern struct qm_state_meta *qm__smeta;
-extern qm_large_fixed_t *qm__lfix;
-extern qm_guarded_fixed_t *qm__gfix;
+extern __attribute__((visibility("hidden"))) struct qm_state_meta *qm__smeta;
+extern __attribute__((visibility("hidden"))) qm_large_fixed_t *qm__lfix;
+extern __attribute__((visibility("hidden"))) qm_guarded_fixed_t *qm__gfix;
 /* Maps the two pages (in init, before qm__ro_seal). */
 void qm__late_init(void);
 /* Makes the page holding fixed read-only: its owner has set it. */
@@ -65,6 +65,6 @@ void qm__ro_unseal(void);
 void qm__ro_range(void **lo, void **hi);
 #endif
 /* The page of padding that ends the section (ro_end.c). */
-extern char qm__ro_end[4096];
+extern __attribute__((visibility("hidden"))) char qm__ro_end[4096];
 
 #endif

@@ -22,10 +22,11 @@
 #include "ro.h"
 #include "zero.h"
 
-__thread uint64_t qm__me __attribute__((tls_model("initial-exec"))) = QM_E_NOBODY;
-__thread uintptr_t qm__freeing __attribute__((tls_model("initial-exec")));
+/* the calling thread's hot state (thread.h): it owns nothing, and its
+ * first malloc sets its sampling countdown */
+__thread qm_thread_t qm__t
+    __attribute__((tls_model("initial-exec"))) = {.me = QM_E_NOBODY, .sample_left = 1};
 
-QM_INLINE uintptr_t region_mask(void) { return ((uintptr_t)1 << qm__rshift) - 1; }
 QM_INLINE size_t committed(unsigned c) {
   return atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
 }
@@ -38,7 +39,7 @@ QM_INLINE unsigned my_id(void) {
 QM_INLINE uintptr_t chunk_of(uintptr_t a, uintptr_t off, unsigned *cls, uintptr_t *roff,
                              uintptr_t *index) {
   unsigned c = (unsigned)(off >> qm__rshift);
-  uintptr_t r = off & region_mask();
+  uintptr_t r = off & qm__rmask;
   *cls = c;
   *roff = r;
   *index = c == QM_ZCLASS ? 0 : qm_chunk_index(r, c);
@@ -292,13 +293,11 @@ void qm__small_release(uintptr_t slot, unsigned c) {
 
 /* ---- frees parked for their canary check ---- */
 
-__thread qm_pend_t qm__pend[QM_PEND_N] __attribute__((tls_model("initial-exec")));
-__thread unsigned qm__pend_i __attribute__((tls_model("initial-exec")));
-
-void qm__small_pend_error(const qm_pend_t *q) {
-  uintptr_t p = qm_slot_chunk(q->slot);
-  size_t n = q->at - p;
-  uint64_t bad = qm_load8(q->at) ^ q->expect;
+void qm__small_pend_error(uintptr_t slot, uintptr_t at) {
+  uintptr_t p = qm_slot_chunk(slot);
+  size_t n = at - p;
+  unsigned c = (unsigned)((p - qm__pbase) >> qm__rshift);
+  uint64_t bad = qm_load8(at) ^ qm_canary_before(slot, c);
   qm_buf_t d;
   d.n = 0;
   qm_buf_dec(&d, n);
@@ -307,15 +306,62 @@ void qm__small_pend_error(const qm_pend_t *q) {
   qm__report_fatal_buf("heap overflow past small chunk", (void *)p, &d);
 }
 
+/* Checks parked chunk s (canary at at) and puts it in its bin: the canary
+ * is the one its malloc wrote, of the generation before the free's. */
+static inline void pend_settle(uintptr_t s, uintptr_t at) {
+  uintptr_t ch = qm_slot_chunk(s);
+  unsigned c = (unsigned)((ch - qm__pbase) >> qm__rshift);
+  if (QM_UNLIKELY(qm_load8(at) != qm_canary_before(s, c)))
+    qm__small_pend_error(s, at);
+  qm__small_release(s, c);
+}
+
+void qm__small_pend_batch(unsigned k) {
+  /* k frees parked: the half just filled is (k / HALF - 1) % 2 */
+  qm_pend_t *q = &qm__pend[(k / QM_PEND_HALF) % 2 * QM_PEND_HALF];
+  /* read once: the bins' stores could alias them */
+  const uintptr_t base = qm__pbase;
+  const unsigned shift = qm__rshift;
+  uint64_t r = 0;
+  unsigned draws = 0;
+  for (unsigned i = 0; i < QM_PEND_HALF; i++) {
+    uintptr_t s = q[i].slot, at = q[i].at;
+    if (!s)
+      continue;
+    q[i].slot = 0;
+    unsigned c = (unsigned)((qm_slot_chunk(s) - base) >> shift);
+    if (QM_UNLIKELY(qm_load8(at) != qm_canary_before(s, c)))
+      qm__small_pend_error(s, at);
+    qm_bin_t *b = &qm__bin[c];
+    uint32_t n = b->count;
+    if (QM_UNLIKELY(n >= b->max)) {
+      qm__small_release(s, c);
+      continue;
+    }
+    /* at a random place (malloc takes the top one): 16 bits of a draw
+     * each, four places to a draw; bins hold at most 128, so the bias is
+     * below 1/512 */
+    if (!draws) {
+      r = qm_rand();
+      draws = 4;
+    }
+    draws--;
+    uint32_t j = (uint32_t)(((r & 0xffff) * (n + 1)) >> 16);
+    r >>= 16;
+    uintptr_t *slot = b->slot;
+    slot[n] = slot[j];
+    slot[j] = s;
+    b->count = n + 1;
+  }
+}
+
 void qm__small_pend_flush(void) {
   for (unsigned i = 0; i < QM_PEND_N; i++) {
-    qm_pend_t q = qm__pend[i];
-    if (!q.slot)
-      continue;
-    qm__pend[i].slot = 0;
-    if (qm_load8(q.at) != q.expect)
-      qm__small_pend_error(&q);
-    qm__small_release(q.slot, (unsigned)q.c);
+    uintptr_t s = qm__pend[i].slot;
+    if (s) {
+      qm__pend[i].slot = 0;
+      pend_settle(s, qm__pend[i].at);
+    }
   }
 }
 
@@ -628,9 +674,20 @@ uintptr_t qm__small_regen(uintptr_t s, unsigned c) {
 }
 
 void qm__small_pend_regen(void) {
-  for (unsigned i = 0; i < QM_PEND_N; i++)
-    if (qm__pend[i].slot)
-      qm__pend[i].slot = qm__small_regen(qm__pend[i].slot, (unsigned)qm__pend[i].c);
+  for (unsigned i = 0; i < QM_PEND_N; i++) {
+    uintptr_t s = qm__pend[i].slot, at = qm__pend[i].at;
+    if (s) {
+      /* checked against the canary its malloc wrote, then given the one
+       * the new generation expects */
+      uintptr_t ch = qm_slot_chunk(s);
+      unsigned c = (unsigned)((ch - qm__pbase) >> qm__rshift);
+      if (qm_load8(at) != qm_canary_before(s, c))
+        qm__small_pend_error(s, at);
+      s = qm__small_regen(s, c);
+      qm_store8(at, qm_canary_before(s, c));
+      qm__pend[i].slot = s;
+    }
+  }
 }
 
 /* (no steering state: small chunks are not in use) */

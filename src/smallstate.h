@@ -19,6 +19,7 @@
 #include "primary.h"
 #include "qm.h"
 #include "report.h"
+#include "thread.h"
 
 /* An entry: size:18 offset/16:12 state:2 owner:16 generation:16 (low to
  * high). The generation moves on at every free: a free sent to the owner
@@ -59,6 +60,12 @@ QM_INLINE uint64_t qm_e_freed(uint64_t w) {
   return ((w & ~QM_E_STATE) | (uint64_t)QM_CHUNK_FREE << QM_E_STATE_SHIFT) +
          ((uint64_t)1 << QM_E_GEN_SHIFT);
 }
+/* The same for an ALLOC entry, by one add: state 1 + 1 is FREE (2), and
+ * the generation's carry leaves the word. */
+QM_INLINE uint64_t qm_e_freed_alloc(uint64_t w) {
+  return w + ((uint64_t)(QM_CHUNK_FREE - QM_CHUNK_ALLOC) << QM_E_STATE_SHIFT) +
+         ((uint64_t)1 << QM_E_GEN_SHIFT);
+}
 QM_INLINE uint64_t qm_e_sent(uint64_t w) {
   return (w & ~QM_E_STATE) | (uint64_t)QM_CHUNK_SENT << QM_E_STATE_SHIFT;
 }
@@ -83,11 +90,21 @@ QM_INLINE uintptr_t qm_slot_make(uintptr_t ch, uint64_t gen) {
  * there, having leaked at most byte 0; every other byte has its top bit set,
  * so an overflow by ASCII bytes (an off-by-one NUL included) always changes
  * it. */
-QM_INLINE uint64_t qm_canary(uintptr_t ch, uint64_t gen, unsigned c) {
+QM_INLINE uint64_t qm_canary_of(uint64_t slot, unsigned c) {
   const qm_class_info_t *ci = &qm__class[c];
-  unsigned __int128 m = (unsigned __int128)(ch ^ (gen << 48) ^ ci->key) * ci->ckey;
+  unsigned __int128 m = (unsigned __int128)(slot ^ ci->key) * ci->ckey;
   uint64_t h = (uint64_t)(m >> 64) ^ (uint64_t)m;
   return (h | 0x8080808080808080ull) & ~(uint64_t)0xff00;
+}
+/* of chunk ch at generation gen: of its slot word */
+QM_INLINE uint64_t qm_canary(uintptr_t ch, uint64_t gen, unsigned c) {
+  return qm_canary_of(ch ^ gen << 48, c);
+}
+/* The canary a parked slot (generation after the free) was written with:
+ * of the generation before, by one subtract (generation 0 wraps to
+ * 0xffff, the chunk bits below are untouched). */
+QM_INLINE uint64_t qm_canary_before(uintptr_t slot, unsigned c) {
+  return qm_canary_of(slot - ((uint64_t)1 << 48), c);
 }
 QM_INLINE uint64_t qm_load8(uintptr_t a) {
   uint64_t v;
@@ -100,12 +117,12 @@ QM_INLINE void qm_store8(uintptr_t a, uint64_t v) { memcpy((void *)a, &v, 8); }
  * (ALLOC | id << 32), or QM_E_NOBODY while it has no cache: the free fast
  * path takes an entry whose state, offset and owner equal it with one
  * compare. */
-extern __thread uint64_t qm__me __attribute__((tls_model("initial-exec")));
+/* qm__me, in thread.h */
 /* The pointer this thread is freeing right now, QM_BUSY while its malloc
  * changes its cache (0 when neither): a free that finds it set was
  * re-entered from a signal handler, and takes the nested path, which takes
  * no lock and leaves the cache alone. */
-extern __thread uintptr_t qm__freeing __attribute__((tls_model("initial-exec")));
+/* qm__freeing, in thread.h */
 QM_INLINE void qm_freeing_set(uintptr_t p) {
   qm__freeing = p;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -129,23 +146,22 @@ QM_INLINE void qm_busy_leave(uintptr_t was) {
 }
 
 /* Frees waiting for their canary check: the free fast path makes the
- * entry FREE, starts fetching the canary's line and parks the chunk here;
- * the free QM_PEND_N frees later checks it and only then puts it in the
- * bin, so free never waits on the chunk's memory, and a chunk is never
- * handed out again unchecked. Emptied on every refill, cache flush, thread
- * exit, fork and process exit. Not used in checked mode, where a free
- * checks at once. */
-#define QM_PEND_N 16u
-typedef struct qm_pend {
-  uintptr_t slot;  /* chunk | generation << 48 (0: empty) */
-  uintptr_t at;    /* where its canary is */
-  uint64_t expect; /* the canary */
-  size_t c;
-} qm_pend_t;
-extern __thread qm_pend_t qm__pend[QM_PEND_N] __attribute__((tls_model("initial-exec")));
-extern __thread unsigned qm__pend_i __attribute__((tls_model("initial-exec")));
+ * entry FREE, starts fetching the canary's line and parks the chunk in a
+ * ring of two halves; each time it fills one half, qm__small_pend_batch
+ * checks the other (parked QM_PEND_HALF to 2 * QM_PEND_HALF - 1 frees ago)
+ * and puts its chunks in the bins in one pass. So free never waits on the
+ * chunk's memory, its own path holds one check less and one bin insert
+ * less, and a chunk is never handed out again unchecked. Emptied on every
+ * refill, cache flush, thread exit, fork and process exit. Not used in
+ * checked mode, where a free checks at once. The class and the expected
+ * canary follow from the slot (chunk | generation after the free << 48). */
+/* the ring, qm__pend[QM_PEND_N] and its count qm__pend_i, are in thread.h */
+/* Checks and bins the half of the ring the fast path did not just fill;
+ * called when the count of parked frees k reaches a multiple of
+ * QM_PEND_HALF. */
+void qm__small_pend_batch(unsigned k);
 /* A parked chunk whose canary changed: reports. */
-_Noreturn void qm__small_pend_error(const qm_pend_t *q) QM_COLD;
+_Noreturn void qm__small_pend_error(uintptr_t slot, uintptr_t at) QM_COLD;
 /* Checks every parked chunk of this thread and puts it in the bin. */
 void qm__small_pend_flush(void);
 
