@@ -147,6 +147,8 @@ static bool have_cache(void) {
   return cache_create();
 }
 
+bool qm__cache_ensure(void) { return have_cache(); }
+
 /* The count this thread's bin of class c is kept under. */
 static uint32_t *count_of(unsigned c) { return qm__cache_checked ? &hcount[c] : &qm__bin[c].count; }
 

@@ -42,6 +42,9 @@ size_t qm__cache_delay_early(void);
  * given. */
 uintptr_t qm__cache_take_slow(unsigned c);
 void qm__cache_give_slow(uintptr_t chunk, unsigned c);
+/* Gives the calling thread its cache (and owner id) if it has none yet and
+ * may have one; whether it has one now. */
+bool qm__cache_ensure(void);
 /* Empties the calling thread's cache into the central lists. */
 void qm__cache_flush_self(void);
 /* Sum of chunks held by all thread caches, in bytes (racy: for stats). */

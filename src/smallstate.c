@@ -501,6 +501,17 @@ static uintptr_t settle(uintptr_t m, unsigned owner, unsigned *cls) {
   return qm_slot_make(ch, qm_e_gen(fw));
 }
 
+/* Starts fetching the entry of message m's chunk (for write: settle
+ * changes it). m came through an inbox from a sender that checked it; a
+ * prefetch of any address is harmless all the same. */
+#define SETTLE_AHEAD 8u
+QM_INLINE void prefetch_entry(uintptr_t m) {
+  uintptr_t p = qm_slot_chunk(m), off = p - qm__pbase;
+  unsigned c = (unsigned)(off >> qm__rshift);
+  if (off < qm__pspan && c != QM_ZCLASS)
+    __builtin_prefetch(qm_entry_at(c, qm_chunk_index(off & region_mask(), c)), 1);
+}
+
 /* Frees of a closed id's chunks, by their sender: into the central lists
  * (the id has no cache). false if the id was adopted meanwhile. */
 static void settle_closed(unsigned owner, msgb_t *b) {
@@ -543,7 +554,10 @@ static void send(msgb_t *b) {
   }
 }
 
+static void rpend_flush(void);
+
 void qm__state_flush_outbox(void) {
+  rpend_flush();
   msgb_t *b = outbox;
   if (b && b->count) {
     outbox = NULL;
@@ -577,6 +591,44 @@ static void send_free(uintptr_t p, uint64_t w) {
   }
 }
 
+/* ---- frees of other threads' chunks, parked for their canary check ----
+ * A free of a chunk another thread owns makes its entry SENT at once (so a
+ * second free of it, on any thread, reports at once), starts fetching the
+ * canary's line and parks the chunk here; the free RPEND_N frees later
+ * checks the canary and only then sends the chunk to its owner, so the
+ * chunk cannot be handed out again unchecked. The canary's line was last
+ * written by the owner's malloc, on another core: waiting for it was over
+ * half of a producer-consumer consumer's time. Only threads with an id
+ * (whose exit hook flushes the ring); checked mode checks at once. */
+#define RPEND_N 16u
+typedef struct rpend {
+  uintptr_t m;     /* user pointer | generation << 48 (0: empty) */
+  uintptr_t at;    /* where its canary is */
+  uint64_t expect; /* the canary */
+  uint64_t owner;
+} rpend_t;
+static __thread rpend_t rpend[RPEND_N] __attribute__((tls_model("initial-exec")));
+static __thread unsigned rpend_i __attribute__((tls_model("initial-exec")));
+
+static void rpend_settle(const rpend_t *q) {
+  if (QM_UNLIKELY(qm_load8(q->at) != q->expect)) {
+    qm_pend_t e = {qm_slot_chunk(q->m), q->at, q->expect, 0};
+    qm__small_pend_error(&e);
+  }
+  send_free(qm_slot_chunk(q->m), (uint64_t)q->owner << QM_E_OWNER_SHIFT | qm_slot_gen(q->m)
+                                                                              << QM_E_GEN_SHIFT);
+}
+
+static void rpend_flush(void) {
+  for (unsigned i = 0; i < RPEND_N; i++) {
+    rpend_t q = rpend[i];
+    if (!q.m)
+      continue;
+    rpend[i].m = 0;
+    rpend_settle(&q);
+  }
+}
+
 void qm__state_drain(void) {
   qm__small_pend_flush();
   unsigned me = my_id();
@@ -584,8 +636,14 @@ void qm__state_drain(void) {
     msgb_t *b = atomic_exchange_explicit(&owners[me].inbox, NULL, memory_order_acquire);
     while (b && b != CLOSED) {
       msgb_t *next = b->next;
+      /* the entries were last written by the senders, on other cores:
+       * fetched SETTLE_AHEAD messages ahead, so their misses overlap */
+      for (uint32_t i = 0; i < b->count && i < SETTLE_AHEAD; i++)
+        prefetch_entry(b->m[i]);
       for (uint32_t i = 0; i < b->count; i++) {
         unsigned c;
+        if (i + SETTLE_AHEAD < b->count)
+          prefetch_entry(b->m[i + SETTLE_AHEAD]);
         uintptr_t s = settle(b->m[i], me, &c);
         qm__small_release(s, c);
       }
@@ -752,10 +810,54 @@ void qm__small_free_slow(void *p, uintptr_t off) {
     qm_freeing_clear();
     return;
   }
+  uintptr_t a = (uintptr_t)p, roff, index;
   unsigned c;
   uint64_t *e, w;
-  uintptr_t ch = qm__small_check(qm__op_free, p, off, &c, &e, &w);
+  uintptr_t ch = chunk_of(a, off, &c, &roff, &index);
+  if (QM_UNLIKELY(c == QM_ZCLASS || roff >= committed(c) ||
+                  qm_slot_dead(ch - qm_region(c), qm__class[c].size)))
+    small_error(qm__op_free, p, ch, c, roff, index);
+  e = qm_entry_at(c, index);
+  w = qm_entry_load(e);
   unsigned owner = qm_e_owner(w), me = my_id();
+  if (owner && owner != me && !qm__cache_checked && (me || qm__cache_ensure())) {
+    /* another thread's chunk: SENT at once, its canary checked RPEND_N
+     * frees from now (see rpend). The owner may be changing the entry with
+     * plain stores: if it freed the chunk meanwhile, this swap fails and
+     * reports, or its store overwrites SENT and the owner reports when the
+     * chunk reaches it. */
+    for (;;) {
+      if (QM_UNLIKELY(qm_e_state(w) != QM_CHUNK_ALLOC || a != ch + qm_e_offset(w)))
+        small_error(qm__op_free, p, ch, c, roff, index);
+      if (__atomic_compare_exchange_n(e, &w, qm_e_sent(w), false, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED))
+        break;
+    }
+    owner = qm_e_owner(w);
+    if (QM_LIKELY(owner != my_id())) {
+      uintptr_t at = a + qm_e_size(w);
+      __builtin_prefetch((void *)at);
+      rpend_t *q = &rpend[rpend_i++ % RPEND_N], old = *q;
+      *q = (rpend_t){qm_slot_make(a, qm_e_gen(w)), at, qm_canary(ch, qm_e_gen(w), c), owner};
+      if (old.m)
+        rpend_settle(&old);
+      qm_freeing_clear();
+      return;
+    }
+    /* it became this thread's meanwhile (an id retired and adopted): SENT
+     * by this thread, checked and freed now */
+    if (QM_UNLIKELY(qm_load8(a + qm_e_size(w)) != qm_canary(ch, qm_e_gen(w), c))) {
+      qm_pend_t q = {a, a + qm_e_size(w), qm_canary(ch, qm_e_gen(w), c), c};
+      qm__small_pend_error(&q);
+    }
+    uint64_t fw = qm_e_freed(w);
+    qm_entry_store(e, fw);
+    qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
+    qm_freeing_clear();
+    return;
+  }
+  ch = qm__small_check(qm__op_free, p, off, &c, &e, &w);
+  owner = qm_e_owner(w);
   if (owner && owner == me) {
     uint64_t fw = qm_e_freed(w);
     qm_entry_store(e, fw);
@@ -767,9 +869,7 @@ void qm__small_free_slow(void *p, uintptr_t off) {
       ch = qm__small_check(qm__op_free, p, off, &c, &e, &w); /* another free won: reports */
     qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
   } else {
-    /* the owner may be changing the entry with plain stores: if it freed
-     * the chunk meanwhile, this swap fails and reports, or its store
-     * overwrites SENT and the owner reports when the chunk reaches it */
+    /* checked mode, or a thread with no id: checked at once */
     while (!__atomic_compare_exchange_n(e, &w, qm_e_sent(w), false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED))
       qm__small_check(qm__op_free, p, off, &c, &e, &w);

@@ -337,6 +337,59 @@ TEST(Primary, FreesFromOtherThreadsAreCorrect) {
     qm_free(p);
 }
 
+// A thread that frees what another allocated takes an owner id (and its
+// cache) at that first free, though it never mallocs: it then batches its
+// frees and keeps spare batches of its own instead of taking the shared
+// lock and sending a batch of one per free. The chunk is SENT at once.
+TEST(Primary, AFreeOnlyThreadTakesAnIdAtItsFirstRemoteFree) {
+  if (!qmt_option("thread_cache") || qmt_option("guard_all") || qmt_cache_checked())
+    GTEST_SKIP() << "no thread caches, guarded chunks, or checked mode";
+  void *p = qm_malloc(48);
+  ASSERT_NE(qmt_owner_id(), 0u);
+  unsigned before = 0, after = 0, state = 0;
+  std::thread([&] {
+    before = qmt_owner_id();
+    qm_free(p);
+    after = qmt_owner_id();
+    state = qmt_entry(p).state;
+  }).join();
+  EXPECT_EQ(before, 0u);
+  EXPECT_NE(after, 0u);
+  EXPECT_NE(after, qmt_owner_id());
+  EXPECT_EQ(state, 3u) << "SENT at the free itself";
+}
+
+// Two frees of one chunk on a thread that does not own it: the first makes
+// it SENT at once, the second reports at once.
+TEST(PrimaryDeathTest, ASecondFreeOnAnotherThreadIsReportedAtOnce) {
+  void *p = qm_malloc(48);
+  EXPECT_DEATH(std::thread([&] {
+                 qm_free(p);
+                 qm_free(p);
+               }).join(),
+               "^" QM_ERR "double free of " HEX " \\(small chunk, 48 bytes\\)\n" QM_END);
+}
+
+// An overflow past a chunk another thread frees: its canary is checked
+// before the chunk goes back to its owner (within 16 frees on that thread,
+// or at its exit), so it is reported, never handed out again.
+TEST(PrimaryDeathTest, AnOverflowIsCaughtAtAFreeOnAnotherThread) {
+  unsigned char *p = static_cast<unsigned char *>(qm_malloc(40));
+  std::vector<void *> others;
+  for (int i = 0; i < 64; i++)
+    others.push_back(qm_malloc(40));
+  p[42] = 'x';
+  EXPECT_DEATH(std::thread([&] {
+                 qm_free(p);
+                 for (void *q : others)
+                   qm_free(q);
+               }).join(),
+               "^" QM_ERR "heap overflow past small chunk " HEX
+               " \\(40 bytes, written past the end at offset 42\\)\n" QM_END);
+  for (void *q : others) // p stays allocated here: its canary is broken
+    qm_free(q);
+}
+
 bool groups_apply() {
   // no caches, or no small chunks: every thread takes from the same lists
   return qmt_option("thread_cache") && !qmt_option("guard_all");
