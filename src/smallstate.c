@@ -356,6 +356,11 @@ void qm__small_pend_batch(unsigned k) {
 }
 
 void qm__small_pend_flush(void) {
+  /* nothing parked since the last flush (always so in checked mode): every
+   * refill calls this */
+  if (qm__t.pend_seen == qm__pend_i)
+    return;
+  qm__t.pend_seen = qm__pend_i;
   for (unsigned i = 0; i < QM_PEND_N; i++) {
     uintptr_t s = qm__pend[i].slot;
     if (s) {

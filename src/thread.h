@@ -32,6 +32,7 @@ typedef struct qm_thread {
   uint64_t rng;                /* random.h: qm__rng */
   uint32_t sample_left;        /* guarded.h: qm__sample_left */
   unsigned pend_i;             /* smallstate.h: qm__pend_i */
+  unsigned pend_seen;          /* smallstate.c: pend_i at the last flush */
   qm_pend_t pend[QM_PEND_N];   /* smallstate.h: qm__pend */
   qm_bin_t bin[QM_NCLASS + 1]; /* cache.h: qm__bin */
 } qm_thread_t;
