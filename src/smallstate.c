@@ -514,7 +514,7 @@ QM_INLINE void prefetch_entry(uintptr_t m) {
   uintptr_t p = qm_slot_chunk(m), off = p - qm__pbase;
   unsigned c = (unsigned)(off >> qm__rshift);
   if (off < qm__pspan && c != QM_ZCLASS)
-    __builtin_prefetch(qm_entry_at(c, qm_chunk_index(off & region_mask(), c)), 1);
+    __builtin_prefetch(qm_entry_at(c, qm_chunk_index(off & qm__rmask, c)), 1);
 }
 
 /* Frees of a closed id's chunks, by their sender: into the central lists
@@ -615,11 +615,21 @@ typedef struct rpend {
 static __thread rpend_t rpend[RPEND_N] __attribute__((tls_model("initial-exec")));
 static __thread unsigned rpend_i __attribute__((tls_model("initial-exec")));
 
+/* The canary of user pointer p (n bytes, at p + n) is not expect. */
+static _Noreturn QM_COLD void canary_error(uintptr_t p, uintptr_t at, uint64_t expect) {
+  size_t n = at - p;
+  uint64_t bad = qm_load8(at) ^ expect;
+  qm_buf_t d;
+  d.n = 0;
+  qm_buf_dec(&d, n);
+  qm_buf_str(&d, " bytes, written past the end at offset ");
+  qm_buf_dec(&d, n + (size_t)__builtin_ctzll(bad) / 8);
+  qm__report_fatal_buf("heap overflow past small chunk", (void *)p, &d);
+}
+
 static void rpend_settle(const rpend_t *q) {
-  if (QM_UNLIKELY(qm_load8(q->at) != q->expect)) {
-    qm_pend_t e = {qm_slot_chunk(q->m), q->at, q->expect, 0};
-    qm__small_pend_error(&e);
-  }
+  if (QM_UNLIKELY(qm_load8(q->at) != q->expect))
+    canary_error(qm_slot_chunk(q->m), q->at, q->expect);
   send_free(qm_slot_chunk(q->m), (uint64_t)q->owner << QM_E_OWNER_SHIFT | qm_slot_gen(q->m)
                                                                               << QM_E_GEN_SHIFT);
 }
@@ -851,10 +861,8 @@ void qm__small_free_slow(void *p, uintptr_t off) {
     }
     /* it became this thread's meanwhile (an id retired and adopted): SENT
      * by this thread, checked and freed now */
-    if (QM_UNLIKELY(qm_load8(a + qm_e_size(w)) != qm_canary(ch, qm_e_gen(w), c))) {
-      qm_pend_t q = {a, a + qm_e_size(w), qm_canary(ch, qm_e_gen(w), c), c};
-      qm__small_pend_error(&q);
-    }
+    if (QM_UNLIKELY(qm_load8(a + qm_e_size(w)) != qm_canary(ch, qm_e_gen(w), c)))
+      canary_error(a, a + qm_e_size(w), qm_canary(ch, qm_e_gen(w), c));
     uint64_t fw = qm_e_freed(w);
     qm_entry_store(e, fw);
     qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
