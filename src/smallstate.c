@@ -293,17 +293,21 @@ void qm__small_release(uintptr_t slot, unsigned c) {
 
 /* ---- frees parked for their canary check ---- */
 
-void qm__small_pend_error(uintptr_t slot, uintptr_t at) {
-  uintptr_t p = qm_slot_chunk(slot);
+/* The canary of user pointer p (n bytes, at p + n) is not expect. */
+static _Noreturn QM_COLD void canary_error(uintptr_t p, uintptr_t at, uint64_t expect) {
   size_t n = at - p;
-  unsigned c = (unsigned)((p - qm__pbase) >> qm__rshift);
-  uint64_t bad = qm_load8(at) ^ qm_canary_before(slot, c);
+  uint64_t bad = qm_load8(at) ^ expect;
   qm_buf_t d;
   d.n = 0;
   qm_buf_dec(&d, n);
   qm_buf_str(&d, " bytes, written past the end at offset ");
   qm_buf_dec(&d, n + (size_t)__builtin_ctzll(bad) / 8);
   qm__report_fatal_buf("heap overflow past small chunk", (void *)p, &d);
+}
+
+void qm__small_pend_error(uintptr_t slot, uintptr_t at) {
+  uintptr_t p = qm_slot_chunk(slot);
+  canary_error(p, at, qm_canary_before(slot, (unsigned)((p - qm__pbase) >> qm__rshift)));
 }
 
 /* Checks parked chunk s (canary at at) and puts it in its bin: the canary
@@ -614,18 +618,6 @@ typedef struct rpend {
 } rpend_t;
 static __thread rpend_t rpend[RPEND_N] __attribute__((tls_model("initial-exec")));
 static __thread unsigned rpend_i __attribute__((tls_model("initial-exec")));
-
-/* The canary of user pointer p (n bytes, at p + n) is not expect. */
-static _Noreturn QM_COLD void canary_error(uintptr_t p, uintptr_t at, uint64_t expect) {
-  size_t n = at - p;
-  uint64_t bad = qm_load8(at) ^ expect;
-  qm_buf_t d;
-  d.n = 0;
-  qm_buf_dec(&d, n);
-  qm_buf_str(&d, " bytes, written past the end at offset ");
-  qm_buf_dec(&d, n + (size_t)__builtin_ctzll(bad) / 8);
-  qm__report_fatal_buf("heap overflow past small chunk", (void *)p, &d);
-}
 
 static void rpend_settle(const rpend_t *q) {
   if (QM_UNLIKELY(qm_load8(q->at) != q->expect))
