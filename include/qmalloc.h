@@ -131,6 +131,12 @@ typedef struct qm_stats {
      of memory, address space or mappings; default profile only, warned of
      once) */
   uint64_t window_breaks;
+  /* the belt large chunks are carved from (window_gb): its reservation, the
+     window in force (bytes carved before a freed range comes back), the
+     mappings its dead ranges may hold now; chunks carved fresh from it, and
+     reuses that moved a freed chunk's pages to a range carved afresh */
+  uint64_t belt_reserved_bytes, belt_window_bytes, belt_mappings;
+  uint64_t belt_fresh, belt_moves;
 } qm_stats_t;
 void qm_stats(qm_stats_t *out);
 

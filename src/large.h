@@ -24,7 +24,11 @@
 #define SCAN 32          /* chunks a request looks at: bounds the time under the lock */
 #define DEMAND_HALF 4096 /* requests after which the demand counts are halved */
 
-enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
+/* B_DEAD: freed, its pages gone (moved to another chunk or dropped), its
+ * range in the belt's care: the record is kept only for reports and for
+ * telling a double free from an invalid one, in a bounded ring
+ * (qm__dead_push). */
+enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY, B_DEAD };
 /* F_FREED: the chunk left the user (freed, or the old range of a realloc
  * move) and has not been handed out since; a BUSY chunk with it is being
  * retired or dropped, one without it is being resized or revived. */
@@ -35,7 +39,18 @@ enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY };
 /* F_HUGE: a fresh THP mapping, its capacity whole huge pages from a
  * huge-page boundary; any request it serves is opened in whole huge pages
  * (see extent() in secondary.c). Not set on a realloc move's chunk. */
-enum { F_NOREUSE = 1, F_INBIN = 2, F_FREED = 4, F_SPLIT = 8, F_COLD = 16, F_HUGE = 32 };
+/* F_BELT: its range was carved from the belt (belt.c): never unmapped,
+ * given back to the belt once dead; its pages are reused by moving them to
+ * a range carved afresh, never at this address. */
+enum {
+  F_NOREUSE = 1,
+  F_INBIN = 2,
+  F_FREED = 4,
+  F_SPLIT = 8,
+  F_COLD = 16,
+  F_HUGE = 32,
+  F_BELT = 64
+};
 
 typedef struct block {
   uintptr_t base, usable; /* the mapping, and its first usable page */
@@ -45,6 +60,7 @@ typedef struct block {
    * ends flush against its whole-huge-page RW part (see secondary.c) */
   size_t lead;
   uint64_t seq, mark; /* large frees / bytes freed when it was quarantined */
+  uint64_t odo;       /* the belt's odometer when it was freed */
   uint32_t qprev, qnext, bprev, bnext;
   uint8_t state, flags, vmas, bclass; /* bclass: its bin while F_INBIN */
   /* log2 of the alignment a live chunk was requested with (aligned_alloc
@@ -59,6 +75,7 @@ typedef struct slot {
 } slot_t;
 
 #define STK_SEG ((size_t)1 << 13) /* 2.25 MiB of stack entries at 16 frames */
+#define DEAD_MAX 4096             /* dead records kept for reports */
 
 typedef struct qm_large {
   qm_lock_t lock;
@@ -88,6 +105,10 @@ typedef struct qm_large {
   /* quarantined chunks unmapped before their window passed: only out of
    * address space, memory or mappings, only in the default profile */
   uint64_t window_breaks;
+  /* dead records, oldest first, from dead_head; NIL: forgotten early */
+  uint32_t dead[DEAD_MAX];
+  size_t dead_head, dead_n;
+  uint64_t belt_fresh, belt_moves, buried; /* belt chunks carved, reuses by move, buried */
 } qm_large_t;
 
 /* Defined in large_record.c. The short name keeps the code that moved out of
@@ -178,6 +199,11 @@ void qm__tab_rekey(uintptr_t from, uintptr_t to, uint32_t idx);
 void qm__set_vmas(block_t *b, bool live);
 void qm__forget(uint32_t i);
 void qm__unmap_forgotten(uint32_t i);
+/* Keeps a dead record for reports; the oldest goes past DEAD_MAX. */
+void qm__dead_push(uint32_t i);
+/* Forgets the dead records whose range is in [lo, hi): the belt is about to
+ * carve it again. */
+void qm__dead_evict(uintptr_t lo, uintptr_t hi);
 void qm__trace_capture(trace_t *t);
 void qm__note_alloc(uint32_t i, const trace_t *t);
 void qm__note_free(uint32_t i, const trace_t *t);
@@ -195,6 +221,9 @@ void qm__q_enforce_all(size_t extra_maps);
 bool qm__q_unmap_all(bool unaged_too);
 /* Address space the quarantine holds (mappings, guards included). */
 size_t qm__q_mapped_bytes(void);
+/* Buries a BUSY belt chunk that left the user (quarantine.c). */
+bool qm__q_bury_locked(uint32_t i, bool clean);
+void qm__q_bury(uint32_t i);
 /* Warns, once per process, if a window chunk was ever given up. Without
  * S.lock. */
 void qm__q_breach_warn(void);

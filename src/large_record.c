@@ -235,6 +235,41 @@ void qm__unmap_forgotten(uint32_t i) {
     qm_os_dontneed((void *)b->usable, b->cap << qm__page_shift, QM_PROT_NONE);
 }
 
+/* ---- dead records (under S.lock): a ring, oldest first ---- */
+
+static void dead_forget(uint32_t i) {
+  tab_remove(user_of(B(i)));
+  qm__rec_free(i);
+}
+
+void qm__dead_push(uint32_t i) {
+  if (S.dead_n == DEAD_MAX) {
+    uint32_t old = S.dead[S.dead_head];
+    S.dead_head = (S.dead_head + 1) % DEAD_MAX;
+    S.dead_n--;
+    if (old != NIL)
+      dead_forget(old);
+  }
+  S.dead[(S.dead_head + S.dead_n++) % DEAD_MAX] = i;
+}
+
+/* A scan of the ring, once per segment the belt enters (16 MiB carved). */
+void qm__dead_evict(uintptr_t lo, uintptr_t hi) {
+  if (lo >= hi)
+    return;
+  for (size_t k = 0; k < S.dead_n; k++) {
+    uint32_t *d = &S.dead[(S.dead_head + k) % DEAD_MAX];
+    if (*d != NIL && B(*d)->base < hi && B(*d)->base + B(*d)->span > lo) {
+      dead_forget(*d);
+      *d = NIL;
+    }
+  }
+  while (S.dead_n && S.dead[S.dead_head] == NIL) {
+    S.dead_head = (S.dead_head + 1) % DEAD_MAX;
+    S.dead_n--;
+  }
+}
+
 #ifdef QM_TEST_HOOKS
 size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {
   size_t n = 0;

@@ -6,6 +6,7 @@
  */
 #include "large_report.h"
 
+#include "belt.h"
 #include "large.h"
 #include "report.h"
 
@@ -22,7 +23,8 @@ bool qm__large_describe(uintptr_t a, qm_access_t *what, uintptr_t *user, qm_buf_
     uintptr_t u = user_of(b);
     if (user)
       *user = u;
-    bool freed = b->state == B_QUAR || (b->state == B_BUSY && (b->flags & F_FREED));
+    bool freed =
+        b->state == B_QUAR || b->state == B_DEAD || (b->state == B_BUSY && (b->flags & F_FREED));
     if (freed && a >= b->usable && a < u) {
       /* the chunk's memory before its last user pointer: a THP chunk's
        * lead, which an earlier use of the chunk may have started in */
@@ -55,7 +57,16 @@ bool qm__large_describe(uintptr_t a, qm_access_t *what, uintptr_t *user, qm_buf_
     qm_buf_hex(d, u);
     return true;
   }
-  return false;
+  /* in the belt but in no record: a chunk whose record the ring let go
+   * (the belt has not come round to its range again), or a range never
+   * handed out */
+  bool ever;
+  if (!qm__belt_holds(a, &ever))
+    return false;
+  *what = ever ? QM_ACC_UAF : QM_ACC_WILD;
+  qm_buf_str(d, ever ? "in a large chunk freed long ago, its record no longer kept"
+                     : "in qmalloc's large-chunk reservation, never handed out");
+  return true;
 }
 
 void qm__large_report_stacks(const void *addr) {
@@ -74,7 +85,8 @@ void qm__large_report_stacks(const void *addr) {
     const uintptr_t *pcs = qm__stk_pcs(e);
     unsigned nf = e->nfree < LF.frames ? e->nfree : LF.frames;
     unsigned na = e->nalloc < LF.frames ? e->nalloc : LF.frames;
-    bool freed = b->state == B_QUAR || (b->state == B_BUSY && (b->flags & F_FREED));
+    bool freed =
+        b->state == B_QUAR || b->state == B_DEAD || (b->state == B_BUSY && (b->flags & F_FREED));
     qm_buf_t l;
     l.n = 0;
     if (freed) {

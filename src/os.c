@@ -100,6 +100,34 @@ int qm_os_unmap_guarded(void *p, size_t len) {
   return qm_os_unmap((char *)p - qm__page, len + 2 * qm__page);
 }
 
+/* MAP_NORESERVE: the reservation is address space only, and a part made
+ * writable is not charged to the commit limit either (under overcommit
+ * mode 2 the kernel ignores the flag and charges it at mprotect, as for
+ * qm_os_map); without VM_ACCOUNT a part made inaccessible again has the
+ * same flags as its neighbours and merges back with them. */
+int qm_os_reserve(size_t len, void **out) {
+  COUNT(mmap);
+  int saved = errno;
+  void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    int err = check("mmap", NULL, len, true, saved);
+    return err == EINVAL ? ENOMEM : err;
+  }
+  *out = p;
+  return 0;
+}
+
+int qm_os_reserve_fixed(void *p, size_t len) {
+  check_range(p, len);
+  COUNT(mmap);
+  int saved = errno;
+  void *r = mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (r == MAP_FAILED)
+    return check("mmap(MAP_FIXED)", p, len, false, saved);
+  QM_CHECK_OP((uintptr_t)r, ==, (uintptr_t)p);
+  return 0;
+}
+
 int qm_os_unmap(void *p, size_t len) {
   if (!len)
     return 0;

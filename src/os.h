@@ -30,6 +30,13 @@ extern __attribute__((visibility("hidden"))) qm_os_counters_t qm__os_counts;
  * mprotect(RW) is, so strict overcommit yields ENOMEM, not the OOM killer. */
 int qm_os_map(size_t len, size_t align, qm_prot_t prot, void **out);
 int qm_os_unmap(void *p, size_t len);
+/* A PROT_NONE MAP_NORESERVE reservation of len bytes (address space only),
+ * and the same mapped afresh over [p, p+len) of one: its pages are gone,
+ * its page tables freed where whole, and it merges with the reservation
+ * around it into one mapping. */
+int qm_os_reserve(size_t len, void **out);
+int qm_os_reserve_fixed(void *p, size_t len);
+
 /* The same between two PROT_NONE guard pages, for metadata: nothing mapped
  * next to it, user memory above all, can reach it by a linear overflow or
  * underflow, nor can the kernel merge it with a neighbour. *out is the

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "belt.h"
 #include "init.h"
 #include "large.h"
 #include "options.h"
@@ -104,7 +105,9 @@ void qm__q_unlink(uint32_t i) {
  * after it) into the bins where allocation looks. FIFO order makes the aged
  * chunks a prefix of the quarantine. */
 static bool aged(const block_t *b) {
-  if (LF.strategy == QM_STRATEGY_NONE)
+  /* a belt chunk's pages are reused at another address: its own range
+   * waits for the belt, so its pages need not wait at all */
+  if (LF.strategy == QM_STRATEGY_NONE || (b->flags & F_BELT))
     return true;
   return S.frees - b->seq >= qm__opt.quarantine_min_frees &&
          S.freed_bytes - b->mark >= qm__opt.quarantine_min_mb << 20;
@@ -266,9 +269,11 @@ static bool take_unmap_victim(victims_t *v, bool unaged_too) {
       continue;
     qm__q_unlink(i);
     B(i)->state = B_BUSY;
-    qm__forget(i);
+    bool belt = B(i)->flags & F_BELT; /* buried: its range stays the belt's */
+    if (!belt)
+      qm__forget(i);
     v->unmap[v->nunmap++] = i;
-    S.window_breaks += window;
+    S.window_breaks += window && !belt;
     return true;
   }
   return false;
@@ -366,8 +371,12 @@ static bool q_enforce(victims_t *v, size_t extra_maps) {
       i = youngest_resident();
     if (i == NIL)
       break;
-    bin_remove(i);              /* binned again, cold, once its pages are gone */
-    S.qresident -= B(i)->dirty; /* counted as gone now; the drop follows */
+    if (B(i)->flags & F_BELT) { /* buried: it leaves the quarantine */
+      qm__q_unlink(i);
+    } else {
+      bin_remove(i);              /* binned again, cold, once its pages are gone */
+      S.qresident -= B(i)->dirty; /* counted as gone now; the drop follows */
+    }
     B(i)->state = B_BUSY;
     v->drop[v->ndrop++] = i;
   }
@@ -375,18 +384,34 @@ static bool q_enforce(victims_t *v, size_t extra_maps) {
 }
 
 static void process_victims(victims_t *v) {
+  /* belt chunks are buried (dead from now on, their records kept for
+   * reports): read before, since a buried record may be reused at once */
+  bool ub[VICTIMS], db[VICTIMS];
   for (unsigned k = 0; k < v->nunmap; k++)
-    qm__unmap_forgotten(v->unmap[k]);
+    ub[k] = B(v->unmap[k])->flags & F_BELT;
+  for (unsigned k = 0; k < v->ndrop; k++)
+    db[k] = B(v->drop[k])->flags & F_BELT;
+  for (unsigned k = 0; k < v->nunmap; k++)
+    if (ub[k])
+      qm__q_bury(v->unmap[k]);
+    else
+      qm__unmap_forgotten(v->unmap[k]);
   for (unsigned k = 0; k < v->ndrop; k++) {
     block_t *b = B(v->drop[k]);
-    qm__range_drop(LF.strategy, (void *)b->usable, b->dirty << qm__page_shift);
+    if (db[k])
+      qm__q_bury(v->drop[k]);
+    else
+      qm__range_drop(LF.strategy, (void *)b->usable, b->dirty << qm__page_shift);
   }
   if (!v->nunmap && !v->ndrop)
     return;
   qm_lock(&S.lock);
   for (unsigned k = 0; k < v->nunmap; k++)
-    qm__rec_free(v->unmap[k]);
+    if (!ub[k])
+      qm__rec_free(v->unmap[k]);
   for (unsigned k = 0; k < v->ndrop; k++) {
+    if (db[k])
+      continue;
     block_t *b = B(v->drop[k]);
     b->dirty = 0;
     b->state = B_QUAR;
@@ -448,6 +473,36 @@ bool qm__q_enter(uint32_t i, bool dropped) {
   return qm__q_over();
 }
 
+/* ---- burial: a belt chunk's end ---- */
+
+/* A BUSY belt chunk that left the user is dead (under S.lock): no page of
+ * it is kept, its range goes back to the belt (clean: mapped afresh
+ * already), its record to the ring of dead records. Returns whether the
+ * caller must qm__belt_tidy(). */
+bool qm__q_bury_locked(uint32_t i, bool clean) {
+  block_t *b = B(i);
+  S.mapped_bytes -= b->span;
+  S.maps -= b->vmas;
+  b->vmas = 0;
+  b->rw = b->dirty = 0;
+  b->state = B_DEAD;
+  S.buried++;
+  bool work = qm__belt_release(b->base, b->span, b->odo, b->seq, clean);
+  qm__dead_push(i);
+  return work;
+}
+
+/* The same, its range mapped afresh first: its pages go at once. */
+void qm__q_bury(uint32_t i) {
+  block_t *b = B(i);
+  bool clean = qm__belt_clean(b->base, b->span) == 0;
+  qm_lock(&S.lock);
+  bool work = qm__q_bury_locked(i, clean);
+  qm_unlock(&S.lock);
+  if (work)
+    qm__belt_tidy();
+}
+
 /* ---- trim, flush, stats, fork ---- */
 
 #ifdef QM_TEST_HOOKS
@@ -468,9 +523,13 @@ size_t qm__large_trim(void) {
       block_t *b = B(i);
       if (b->state != B_QUAR || !b->dirty)
         continue;
-      bin_remove(i); /* binned again, cold, once its pages are gone */
-      S.qresident -= b->dirty;
       total += b->dirty << qm__page_shift;
+      if (b->flags & F_BELT) { /* buried: it leaves the quarantine */
+        qm__q_unlink(i);
+      } else {
+        bin_remove(i); /* binned again, cold, once its pages are gone */
+        S.qresident -= b->dirty;
+      }
       b->state = B_BUSY;
       v.drop[v.ndrop++] = i;
     }

@@ -22,6 +22,7 @@ void qm__ro_seal(void);
  * a forged copy, or move the guarded slots. Before init the pointers reach
  * zeroed read-only copies (nothing is set up: no strategy, no slots). */
 struct block;
+struct belt_seg;
 typedef struct qm_large_fixed {
   int strategy;      /* how quarantined ranges are retired */
   bool fast;         /* the kernel keeps protect-strategy reuse fault-free */
@@ -30,6 +31,10 @@ typedef struct qm_large_fixed {
   size_t blk_max;    /* 0 until the table is reserved */
   size_t map_budget; /* mappings the large quarantine may add */
   size_t thp_size;   /* PMD size where THP can be had, else 0 */
+  /* the belt (belt.c): its reservation, 0 without one; its segments */
+  uintptr_t belt_base;
+  size_t belt_len, belt_nseg;
+  struct belt_seg *belt_seg;
 } qm_large_fixed_t;
 struct gslot;
 #define QM_GUARDED_CLASSES 8 /* slot classes of 1 .. 128 pages */

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "belt.h"
 #include "guarded.h"
 #include "large.h"
 #include "options.h"
@@ -63,6 +64,41 @@ static int thp_advice(size_t cap_pages) {
   return LF.thp_size && !qm__opt.thp_min_mb && cap_pages << qm__page_shift >= LF.thp_size ? -1 : 0;
 }
 
+/* Whether a chunk of cap pages comes from the belt: under protect, while
+ * window_gb asks for it, and not a chunk that is never reused (those are
+ * unmapped when they leave the quarantine: address space goes back). */
+static bool use_belt(size_t cap, bool noreuse) {
+  return LF.strategy == QM_STRATEGY_PROTECT && !noreuse && qm__belt_on() && !S.no_dontunmap &&
+         cap << qm__page_shift < qm__opt.unmap_threshold_mb << 20;
+}
+
+/* Carves a range from the belt with a record for it (BUSY); NIL if either
+ * cannot be had. The dead records of the segments it enters go first. */
+static uint32_t carve_locked(size_t cap, size_t align, qm_range_t *r) {
+  uint32_t i = qm__tab_reserve() ? qm__rec_alloc() : NIL;
+  uintptr_t lo, hi;
+  if (i != NIL && qm__belt_carve(cap << qm__page_shift, align, S.frees, r, &lo, &hi)) {
+    qm__dead_evict(lo, hi);
+    B(i)->state = B_BUSY;
+    return i;
+  }
+  if (i != NIL)
+    qm__rec_free(i);
+  return NIL;
+}
+
+/* Gives a carved range back unused (its record too): nothing was freed in
+ * it, so it sets no window. */
+static void uncarve(uint32_t i, const qm_range_t *r) {
+  bool clean = qm__belt_clean(r->base, r->span) == 0;
+  qm_lock(&S.lock);
+  qm__rec_free(i);
+  bool work = qm__belt_release(r->base, r->span, 0, 0, clean);
+  qm_unlock(&S.lock);
+  if (work)
+    qm__belt_tidy();
+}
+
 /* ---- initialisation ---- */
 
 static void ensure_ready(void) {
@@ -94,6 +130,10 @@ static void ensure_ready(void) {
       long long pmd = qm_os_read_number("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
       LF.thp_size = pmd > 0 && qm_is_pow2((size_t)pmd) ? (size_t)pmd : 0;
     }
+    /* the belt: only where freed chunks keep their pages (protect); the
+     * strategies that drop pages keep their chunks in mappings of their own */
+    if (LF.strategy == QM_STRATEGY_PROTECT)
+      qm__belt_init();
     if (LF.blk) /* else sealed once a later request reserves the table */
       qm__late_seal(qm__lfix);
     atomic_store_explicit(&S.ready, 1, memory_order_release);
@@ -155,6 +195,130 @@ static void *hand_out(uint32_t i, size_t size, unsigned ashift, size_t need, siz
   return (void *)u;
 }
 
+/* A fresh chunk carved from the belt: its RW part opened in the
+ * reservation, no mapping of its own. NULL where the belt has no room or
+ * the protection cannot be changed: the caller maps one. */
+static void *fresh_belt(size_t size, unsigned ashift, size_t need, size_t lead, size_t align,
+                        bool zero, size_t cap, bool huge, const trace_t *t) {
+  qm_range_t r;
+  qm_lock(&S.lock);
+  uint32_t i = carve_locked(cap, align, &r);
+  qm_unlock(&S.lock);
+  if (i == NIL)
+    return NULL;
+  int adv = thp_advice(cap);
+  if (adv > 0)
+    qm_os_hugepage((void *)r.base, r.span);
+  else if (adv < 0)
+    qm_os_nohugepage((void *)r.base, r.span);
+  if (qm_os_protect((void *)r.usable, need << qm__page_shift, QM_PROT_NONE, QM_PROT_RW)) {
+    uncarve(i, &r);
+    return NULL;
+  }
+  qm_lock(&S.lock);
+  qm__tab_reserve(); /* reserved when carved; another thread may have used it */
+  block_t *b = B(i);
+  *b = (block_t){.base = r.base,
+                 .usable = r.usable,
+                 .span = r.span,
+                 .cap = cap,
+                 .rw = need,
+                 .lead = lead,
+                 .state = B_BUSY,
+                 .flags = (uint8_t)(F_BELT | (huge ? F_HUGE : 0)),
+                 .qprev = NIL,
+                 .qnext = NIL,
+                 .bprev = NIL,
+                 .bnext = NIL};
+  qm__tab_insert(user_of(b), i);
+  S.mapped_bytes += r.span;
+  S.fresh++;
+  S.belt_fresh++;
+  qm_unlock(&S.lock);
+  return hand_out(i, size, ashift, need, lead, zero, false, t);
+}
+
+/* Serves a request with the pages of the pooled belt chunk i (BUSY, out of
+ * the quarantine): they move, PROT_NONE as they are, to a range carved
+ * afresh (mremap with MREMAP_DONTUNMAP: no copy, no fault), which is then
+ * opened; i's own range stays PROT_NONE and goes back to the belt, dead, so
+ * a dangling pointer into it faults until the belt comes round a window
+ * later. Measured here (6.18): 0 faults rewriting every page, as in place.
+ * NULL where no range can be carved or the move fails: i is buried (its
+ * pages dropped) and the caller takes a fresh chunk. */
+static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, size_t need,
+                        size_t align, bool zero, const trace_t *t) {
+  block_t *o = B(i);
+  size_t open = qm_need_in(o, need, align), moved = o->dirty;
+  bool huge = o->flags & F_HUGE;
+  size_t calign = huge && align < LF.thp_size ? LF.thp_size : align;
+  qm_range_t r;
+  uint32_t j = NIL;
+  /* a range of several VMAs moves in one mremap() only on kernels that
+   * allow it (see qm_os_move_spans_vmas) */
+  if (!(o->flags & F_SPLIT) || qm_os_move_spans_vmas()) {
+    qm_lock(&S.lock);
+    j = carve_locked(o->cap, calign, &r);
+    qm_unlock(&S.lock);
+  }
+  if (j == NIL) {
+    qm__q_bury(i);
+    return NULL;
+  }
+  int err =
+      moved ? qm_os_move((void *)o->usable, moved << qm__page_shift, (void *)r.usable, true) : 0;
+  if (err) {
+    /* the kernel may have unmapped the destination before failing: the
+     * range is left as it is, its segment never carved again (mapping it
+     * afresh could take what another thread's mmap got there meanwhile) */
+    qm_lock(&S.lock);
+    if (err == EINVAL)
+      S.no_dontunmap = true; /* before Linux 5.7: no belt from now on */
+    qm__rec_free(j);
+    qm_unlock(&S.lock);
+    qm__q_bury(i);
+    return NULL;
+  }
+  if (qm_os_protect((void *)r.usable, open << qm__page_shift, QM_PROT_NONE, QM_PROT_RW)) {
+    uncarve(j, &r); /* the moved pages go with it */
+    qm__q_bury(i);
+    return NULL;
+  }
+  qm_lock(&S.lock);
+  qm__tab_reserve();
+  block_t *b = B(j);
+  /* the moved pages are a VMA of their own (their page offsets are the old
+   * range's): split from the rest of the RW part if that is more */
+  bool split = moved && (open > moved || (o->flags & F_SPLIT));
+  *b = (block_t){.base = r.base,
+                 .usable = r.usable,
+                 .span = r.span,
+                 .cap = o->cap,
+                 .rw = open,
+                 .dirty = moved,
+                 .state = B_BUSY,
+                 .flags = (uint8_t)(F_BELT | (huge ? F_HUGE : 0) | (split ? F_SPLIT : 0)),
+                 .qprev = NIL,
+                 .qnext = NIL,
+                 .bprev = NIL,
+                 .bnext = NIL};
+  qm__tab_insert(user_of(b), j);
+  S.mapped_bytes += r.span;
+  S.belt_moves++;
+  bool work = qm__q_bury_locked(i, false);
+  size_t nonzero = hand_out_locked(j, size, ashift, open, open - pages, true, t);
+  bool over = qm__q_over();
+  uintptr_t u = user_of(b);
+  qm_unlock(&S.lock);
+  if (work)
+    qm__belt_tidy();
+  if (over)
+    qm__q_enforce_all(0);
+  if (zero && nonzero)
+    memset((void *)u, 0, nonzero);
+  return (void *)u;
+}
+
 static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_t align, bool zero,
                    bool noreuse, const trace_t *t) {
   size_t cap = noreuse ? need : pclass_pages(pclass(need));
@@ -166,6 +330,12 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
   if (huge) { /* whole huge pages, for any later extent (see extent()) */
     size_t hp = LF.thp_size >> qm__page_shift;
     cap = (cap + hp - 1) / hp * hp;
+  }
+  if (use_belt(cap, noreuse)) {
+    qm__q_enforce_all(0);
+    void *p = fresh_belt(size, ashift, need, lead, align, zero, cap, huge, t);
+    if (p)
+      return p;
   }
   qm__q_enforce_all(3);
   qm_range_t r;
@@ -219,6 +389,13 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
 /* Unmaps a BUSY chunk whose protection could not be changed, and forgets
  * it: never leave a chunk half-protected. */
 static void discard_block(uint32_t i) {
+  if (B(i)->flags & F_BELT) { /* its range stays the belt's, dead */
+    qm__q_bury(i);
+    qm_lock(&S.lock);
+    S.unmaps++; /* counted as the unmap it replaces */
+    qm_unlock(&S.lock);
+    return;
+  }
   qm_lock(&S.lock);
   qm__forget(i);
   qm_unlock(&S.lock);
@@ -264,6 +441,12 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       }
     }
     qm_unlock(&S.lock);
+    if (i != NIL && (B(i)->flags & F_BELT)) {
+      void *p = move_reuse(i, size, ashift, pages, need, align, zero, &t);
+      if (p)
+        return p;
+      i = NIL;
+    }
     if (i != NIL) {
       block_t *b = B(i);
       int err = 0;
@@ -339,8 +522,8 @@ static bool unmap_on_free(const block_t *b) {
     return true;
   if (S.maps - b->vmas + qm__range_vmas(LF.strategy, none) <= LF.map_budget)
     return false;
-  if (none)
-    return true; /* no window to give up */
+  if (none || (b->flags & F_BELT))
+    return true; /* no window to give up: a belt chunk is buried, its range kept */
   if (qm__opt.hardening == QM_HARDENING_MAX)
     return false;
   S.window_breaks++;
@@ -381,6 +564,8 @@ void qm__large_free(void *p) {
   b->flags |= F_FREED;
   S.ltail -= tail_pages(b);
   S.frees++;
+  b->seq = S.frees;
+  b->odo = qm__belt_odometer();
   qm__note_free(i, &t);
   S.freed_bytes += b->size;
   S.live--;
@@ -447,28 +632,57 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
   if (i == NIL)
     return NULL;
   bool huge = want_thp(cap);
+  bool noreuse = cap << qm__page_shift >= qm__opt.unmap_threshold_mb << 20;
   qm_range_t r;
-  int err = qm__range_map(LF.strategy, cap << qm__page_shift, huge ? LF.thp_size : 0, 0,
-                          thp_advice(cap), &r);
+  bool belt = false;
+  if (use_belt(cap, noreuse)) { /* the new range from the belt, with its own record */
+    qm_lock(&S.lock);
+    uint32_t k = carve_locked(cap, huge ? LF.thp_size : 0, &r);
+    if (k != NIL) {
+      qm__rec_free(i);
+      i = k;
+      belt = true;
+    }
+    qm_unlock(&S.lock);
+  }
+  int err = 0;
+  if (belt) {
+    int adv = thp_advice(cap);
+    if (adv > 0)
+      qm_os_hugepage((void *)r.base, r.span);
+    else if (adv < 0)
+      qm_os_nohugepage((void *)r.base, r.span);
+  } else {
+    err = qm__range_map(LF.strategy, cap << qm__page_shift, huge ? LF.thp_size : 0, 0,
+                        thp_advice(cap), &r);
+  }
   size_t moved = o->rw << qm__page_shift;
+  bool revived = false;
   if (!err) {
     err =
         qm__range_revive(LF.strategy, (void *)(r.usable + moved), (need << qm__page_shift) - moved);
+    revived = !err;
     if (!err)
       err = qm_os_move((void *)o->usable, moved, (void *)r.usable, true);
-    if (err)
+    if (err && !belt)
       qm_os_unmap((void *)r.base, r.span);
   }
   if (err) {
+    if (belt && !revived) {
+      uncarve(i, &r);
+      return NULL;
+    }
+    /* a failed move may have unmapped a belt range: it is left as it is
+     * (see move_reuse) */
+    qm_lock(&S.lock);
     if (err == EINVAL)
       S.no_dontunmap = true; /* before Linux 5.7: copy from now on */
-    qm_lock(&S.lock);
     qm__rec_free(i);
     qm_unlock(&S.lock);
     return NULL;
   }
-  bool noreuse = cap << qm__page_shift >= qm__opt.unmap_threshold_mb << 20;
   qm_lock(&S.lock);
+  qm__tab_reserve();
   block_t *b = B(i);
   *b = (block_t){.base = r.base,
                  .usable = r.usable,
@@ -479,7 +693,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
                  .lead = o->lead, /* the pages before the user pointer moved too */
                  .size = size,
                  .state = B_LIVE,
-                 .flags = (noreuse ? F_NOREUSE : 0) | F_SPLIT,
+                 .flags = (noreuse ? F_NOREUSE : 0) | F_SPLIT | (belt ? F_BELT : 0),
                  .qprev = NIL,
                  .qnext = NIL,
                  .bprev = NIL,
@@ -503,13 +717,18 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
     o->dirty = 0;
   o->flags |= F_FREED;
   S.frees++;
+  o->seq = S.frees;
+  o->odo = qm__belt_odometer();
   qm__note_free(old, t);
   S.freed_bytes += o->size;
   S.live--;
   S.live_bytes -= o->size;
   bool unmap_now = unmap_on_free(o);
   qm_unlock(&S.lock);
-  retire_block(old, unmap_now);
+  if (o->flags & F_BELT) /* its range is empty: dead at once, mapped afresh */
+    qm__q_bury(old);
+  else
+    retire_block(old, unmap_now);
   return (void *)u;
 }
 
@@ -619,7 +838,10 @@ void qm__large_stats(qm_stats_t *s) {
   s->mappings_budget = LF.map_budget;
   s->strategy = LF.strategy;
   s->window_breaks = S.window_breaks;
+  s->belt_moves = S.belt_moves;
+  s->belt_fresh = S.belt_fresh;
   qm_unlock(&S.lock);
+  qm__belt_stats(&s->belt_reserved_bytes, &s->belt_window_bytes, &s->belt_mappings);
 }
 
 size_t qm__large_mappings_peak(void) {
@@ -647,13 +869,16 @@ size_t qm__large_object_size(uintptr_t a) {
 }
 
 /* The secondary's part of the fork lock order: its init lock, the probe
- * lock (taken inside it by ensure_ready), then its own lock. */
+ * lock (taken inside it by ensure_ready), its own lock, then the belt's
+ * (taken inside it). */
 void qm__large_fork_prepare(void) {
   qm_lock(&S.init_lock);
   qm__probe_fork_prepare();
   qm_lock(&S.lock);
+  qm__belt_fork_prepare();
 }
 void qm__large_fork_parent(void) {
+  qm__belt_fork_parent();
   qm_unlock(&S.lock);
   qm__probe_fork_parent();
   qm_unlock(&S.init_lock);
@@ -662,6 +887,7 @@ void qm__large_fork_parent(void) {
  * owner does not exist there, so the chunk is simply never touched again. */
 void qm__large_fork_child(void) {
   qm__unwind_fork_child();
+  qm__belt_fork_child();
   qm_lock_reinit(&S.lock);
   qm__probe_fork_child();
   qm_lock_reinit(&S.init_lock);

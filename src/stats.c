@@ -122,6 +122,11 @@ QM_EXPORT void qm_malloc_stats(void) {
   line(&b, "no-op changes skipped", s.sys_skipped);
   line(&b, "page drops remapped (locked)", s.locked_remaps);
   line(&b, "window breaks", s.window_breaks);
+  line(&b, "belt reserved bytes", s.belt_reserved_bytes);
+  line(&b, "belt window bytes", s.belt_window_bytes);
+  line(&b, "belt mappings (estimate)", s.belt_mappings);
+  line(&b, "belt chunks carved fresh", s.belt_fresh);
+  line(&b, "belt reuses by moving pages", s.belt_moves);
   line(&b, "threads with a cache", s.threads);
 }
 

@@ -67,7 +67,7 @@ INSTANTIATE_TEST_SUITE_P(LargeDeathTest, UseAfterFree,
                                           testing::Values(0, 16), testing::Bool()));
 
 TEST_F(Large, QuarantinedChunkIsNotReusedWhileItAges) {
-  set("quarantine_min_frees=8:quarantine_min_mb=0");
+  set("window_gb=0:quarantine_min_frees=8:quarantine_min_mb=0"); // in place
   char *p = static_cast<char *>(qm_malloc(MiB));
   qm_free(p);
   for (int i = 0; i < 7; i++) { // seven later frees: still too young
@@ -84,7 +84,7 @@ TEST_F(Large, QuarantinedChunkIsNotReusedWhileItAges) {
 }
 
 TEST_F(Large, QuarantineHoldsThePointerInaccessibleAndReusesIt) {
-  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  set("window_gb=0:quarantine_min_frees=0:quarantine_min_mb=0"); // in place
   char *p = static_cast<char *>(qm_malloc(MiB));
   char prot[5];
   qmt_prot_of(p, prot);
@@ -139,24 +139,43 @@ TEST_F(Large, ReuseTakesNoFaultsOnFastPathKernels) {
   const qm_probe_result_t *r = qm_probe_result();
   if (r->strategy != QM_STRATEGY_PROTECT || !r->fast_dirty)
     GTEST_SKIP() << "strategy " << qm_strategy_name(r->strategy) << ": " << r->reason;
-  set("quarantine_min_frees=0:quarantine_min_mb=0");
-  PinnedAndDrained pin;
-  char *p = static_cast<char *>(qm_malloc(MiB));
-  std::memset(p, 1, MiB);
-  pin.drain();
-  qm_stats_t before = stats();
-  long f0 = qmt_minflt();
-  qm_free(p);
-  char *q = static_cast<char *>(qm_malloc(MiB));
-  std::memset(q, 2, MiB);
-  long faults = qmt_minflt() - f0;
-  qm_stats_t after = stats();
-  ASSERT_EQ(q, p);
-  EXPECT_EQ(faults, 0);
-  EXPECT_EQ(after.faults_avoided - before.faults_avoided, MiB / qmt_page());
-  EXPECT_EQ(after.reuses, before.reuses + 1);
-  EXPECT_EQ(after.sys_mprotect - before.sys_mprotect, 2u) << "one to retire, one to revive";
-  qm_free(q);
+  for (bool belt : {true, false}) { // the belt first: it is reserved at the first large malloc
+    set(belt ? "window_gb=64:quarantine_min_frees=0:quarantine_min_mb=0"
+             : "window_gb=0:quarantine_min_frees=0:quarantine_min_mb=0");
+    qmt_quarantine_flush();
+    PinnedAndDrained pin;
+    char *p = static_cast<char *>(qm_malloc(MiB));
+    std::memset(p, 1, MiB);
+    pin.drain();
+    qm_stats_t before = stats();
+    long f0 = qmt_minflt();
+    qm_free(p);
+    char *q = static_cast<char *>(qm_malloc(MiB));
+    // with the belt the chunk gets a new record (the old one is kept for
+    // reports): its entry and stack entry may be on pages first touched now
+    long meta = qmt_minflt() - f0;
+    EXPECT_LE(meta, belt ? 2 : 0);
+    f0 = qmt_minflt();
+    EXPECT_TRUE(all_bytes(q, MiB, 1)) << "the same pages";
+    std::memset(q, 2, MiB);
+    long faults = qmt_minflt() - f0;
+    qm_stats_t after = stats();
+    EXPECT_EQ(faults, 0) << "belt " << belt;
+    EXPECT_EQ(after.faults_avoided - before.faults_avoided, MiB / qmt_page());
+    EXPECT_EQ(after.reuses, before.reuses + 1);
+    EXPECT_EQ(after.sys_mprotect - before.sys_mprotect, 2u) << "one to retire, one to revive";
+    if (belt) { // the pages moved to a fresh range: the old one still faults
+      EXPECT_NE(q, p);
+      EXPECT_EQ(after.belt_moves, before.belt_moves + 1);
+      EXPECT_EQ(after.sys_mremap - before.sys_mremap, 1u);
+      char prot[5];
+      qmt_prot_of(p, prot);
+      EXPECT_STREQ(prot, "---p");
+    } else {
+      EXPECT_EQ(q, p);
+    }
+    qm_free(q);
+  }
 }
 
 bool thp_available() {
@@ -193,6 +212,7 @@ TEST_F(Large, BigChunksGetHugePages) {
   EXPECT_LE(faults, 256);
   qm_free(p);
   set("thp_min_mb=0");
+  qmt_quarantine_flush(); // a fresh chunk, not the pages just freed
   f0 = qmt_minflt();
   p = static_cast<char *>(qm_malloc(8 * MiB));
   for (size_t i = 0; i < 8 * MiB; i += qmt_page())
@@ -206,7 +226,7 @@ TEST_F(Large, BigChunksGetHugePages) {
 // another size moves its user pointer (the stale one is no chunk's any more).
 TEST_F(Large, HugeChunksEndFlushAtTheirLastHugePage) {
   SKIP_UNLESS_THP_KEPT();
-  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  set("window_gb=0:quarantine_min_frees=0:quarantine_min_mb=0"); // in place
   char *p = static_cast<char *>(qm_malloc(3 * MiB + 5));
   size_t n = qm_malloc_usable_size(p);
   EXPECT_EQ(n, 3 * MiB + qmt_page());
@@ -235,7 +255,7 @@ TEST_F(Large, HugeChunksEndFlushAtTheirLastHugePage) {
 // gets a fresh mapping instead.
 TEST_F(Large, ASmallerRequestOpensAHugeChunkInWholeHugePages) {
   SKIP_UNLESS_THP_KEPT();
-  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  set("window_gb=0:quarantine_min_frees=0:quarantine_min_mb=0"); // in place
   char *p = static_cast<char *>(qm_malloc(2 * MiB));
   size_t n = qm_malloc_usable_size(p);
   std::memset(p, 7, n);
@@ -318,8 +338,9 @@ TEST_F(Large, CallocOfAReusedChunkIsZeroed) {
   char *p = static_cast<char *>(qm_malloc(2 * MiB));
   std::memset(p, 0xee, 2 * MiB);
   qm_free(p);
+  qm_stats_t before = stats();
   char *q = static_cast<char *>(qm_calloc(2, MiB));
-  EXPECT_EQ(q, p);
+  EXPECT_EQ(stats().reuses, before.reuses + 1) << "the pages just freed (in place or moved)";
   EXPECT_TRUE(all_bytes(q, 2 * MiB, 0));
   qm_free(q);
 }
@@ -375,7 +396,7 @@ TEST(LargeDeathTest, UnknownPointerIsAnInvalidFree) {
 }
 
 TEST_F(Large, QuarantineKeepsToItsResidentBudget) {
-  set("quarantine_mb=4:quarantine_min_frees=1000:quarantine_min_mb=0");
+  set("window_gb=0:quarantine_mb=4:quarantine_min_frees=1000:quarantine_min_mb=0");
   qm_stats_t before = stats();
   std::vector<char *> v;
   for (int i = 0; i < 10; i++) {
@@ -419,7 +440,7 @@ TEST_F(Large, QuarantineKeepsToItsChunkCap) {
 // The cap counts aged chunks only: one still in its window stays mapped
 // (unmapped, its range could come back from the next mmap at once).
 TEST_F(Large, TheWindowWinsOverTheChunkCap) {
-  set("quarantine_max_chunks=4:quarantine_min_frees=1000:quarantine_min_mb=0");
+  set("window_gb=0:quarantine_max_chunks=4:quarantine_min_frees=1000:quarantine_min_mb=0");
   qm_stats_t before = stats();
   std::vector<void *> v;
   for (int i = 0; i < 10; i++)
@@ -655,7 +676,9 @@ void exhaust_address_space() {
   std::vector<void *> got;
   for (int i = 0; i < 1000; i++) {
     errno = 0;
-    void *p = qm_malloc(16 * MiB);
+    // never reused, so mappings of their own: the belt was reserved before
+    // the limit, and holds 16 MiB chunks without asking the kernel for more
+    void *p = qm_malloc(64 * MiB);
     if (!p) {
       if (errno != ENOMEM)
         _exit(12);
@@ -914,6 +937,15 @@ public:
     return r;
   }
 
+  // Bytes of the large allocations logged (128 KiB and more).
+  uint64_t large_bytes() {
+    std::lock_guard<std::mutex> g(m_);
+    uint64_t n = 0;
+    for (const Call &c : allocs_)
+      n += c.size >= 128 * KiB ? c.size : 0;
+    return n;
+  }
+
 private:
   struct Call {
     uintptr_t addr;
@@ -985,7 +1017,9 @@ void window_churn(CallLog &log, unsigned threads, int ops) {
     t.join();
 }
 
+// In place (window_gb=0), the quarantine's own window.
 TEST_F(Large, WindowHoldsWithTheDefaults) {
+  set("window_gb=0");
   ASSERT_EQ(qmt_option("quarantine_min_frees"), 16u);
   ASSERT_EQ(qmt_option("quarantine_min_mb"), 32u);
   qm_stats_t before = stats();
@@ -1002,7 +1036,7 @@ TEST_F(Large, WindowHoldsWithTheDefaults) {
 // The same churn and check with a shallow window: ranges come back sooner,
 // and the check sees it (it can fail).
 TEST_F(Large, WindowCheckSeesAShallowWindow) {
-  set("quarantine_min_frees=2:quarantine_min_mb=1");
+  set("window_gb=0:quarantine_min_frees=2:quarantine_min_mb=1");
   CallLog log;
   window_churn(log, 1, 300);
   CallLog::Reuse r = log.reuse();
@@ -1013,12 +1047,121 @@ TEST_F(Large, WindowCheckSeesAShallowWindow) {
   EXPECT_GE(r.min_bytes, 1 * MiB);
 }
 
+// ---- the belt (window_gb, window_frees): a freed range comes back only
+// after 64 GiB of later large chunks and 1024 later large frees, while its
+// pages are reused at once, moved to a fresh range ----
+
+bool belt_on() {
+  qm_free(qm_malloc(MiB)); // the belt is reserved at the first large malloc
+  qm_stats_t s;
+  qm_stats(&s);
+  return s.belt_reserved_bytes && qmt_option("window_gb");
+}
+
+// Three threads, mixed sizes, small allocations between and realloc moves:
+// past 1024 large frees and 4 GiB of large allocations no freed range has
+// been handed out again, in whole or in part, and the pages were reused.
+TEST_F(Large, BeltKeepsEveryRangePast1024FreesAnd4GiB) {
+  if (!belt_on())
+    GTEST_SKIP() << "no belt under this strategy";
+  ASSERT_EQ(qmt_option("window_gb"), 64u);
+  ASSERT_EQ(qmt_option("window_frees"), 1024u);
+  qm_stats_t before = stats();
+  CallLog log;
+  window_churn(log, 3, 2400);
+  qm_stats_t after = stats();
+  EXPECT_GE(after.large_frees - before.large_frees, 1024u);
+  EXPECT_GE(log.large_bytes(), 4 * 1024 * MiB) << log.large_bytes() / MiB << " MiB";
+  CallLog::Reuse r = log.reuse();
+  EXPECT_EQ(r.count, 0u) << "a range came back after " << r.min_frees << " frees and "
+                         << r.min_bytes / MiB << " MiB";
+  EXPECT_GT(after.belt_moves - before.belt_moves, 3000u) << "pages reused all the same";
+  EXPECT_EQ(after.window_breaks, before.window_breaks);
+}
+
+// QMALLOC_OPTIONS=window_gb=1:window_frees=16 (a 2 GiB belt): the same churn
+// sees ranges come back, never sooner than the window, so the check above
+// can fail.
+class SmallBelt : public Large {};
+TEST_F(SmallBelt, WindowCheckSeesAShallowWindow) {
+  if (!belt_on())
+    GTEST_SKIP() << "no belt under this strategy";
+  ASSERT_EQ(qmt_option("window_gb"), 1u) << "runs in the window_gb=1 process";
+  CallLog log;
+  window_churn(log, 2, 2500);
+  CallLog::Reuse r = log.reuse();
+  EXPECT_GT(r.count, 10u) << "ranges handed out again";
+  EXPECT_GE(r.min_frees, 16u);
+  // the window counts bytes carved (capacities and guards included); most
+  // of them were freed again since
+  EXPECT_GE(r.min_bytes, 512 * MiB) << r.min_bytes / MiB << " MiB";
+  EXPECT_LT(r.min_bytes, 4096 * MiB) << "the lap is the reservation, 2 GiB";
+}
+
+// The belt's dead ranges are mapped afresh in batches: thousands of moves
+// leave a bounded number of mappings, far below vm.max_map_count.
+TEST_F(Large, BeltMappingsStayBounded) {
+  if (!belt_on())
+    GTEST_SKIP() << "no belt under this strategy";
+  std::vector<void *> live(8);
+  long peak = 0;
+  for (int i = 0; i < 6000; i++) {
+    qm_free(live[i % 8]);
+    size_t n = 128 * KiB + (static_cast<size_t>(i) * 7919 % 64) * 16 * KiB;
+    live[i % 8] = qm_malloc(n);
+    static_cast<char *>(live[i % 8])[0] = 1;
+    if (i % 500 == 0)
+      peak = std::max(peak, qmt_mappings());
+  }
+  for (void *p : live)
+    qm_free(p);
+  EXPECT_LT(peak, 1000) << "mappings of the whole process";
+  EXPECT_GT(stats().belt_moves, 5000u);
+}
+
+void dangling_after(int frees, size_t size) {
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  std::memset(p, 1, MiB);
+  qm_free(p);
+  for (int i = 0; i < frees; i++) { // the first takes p's pages: p is dead
+    size_t n = i ? size : MiB;
+    char *q = static_cast<char *>(qm_malloc(n));
+    q[0] = q[n - 1] = 1;
+    qm_free(q);
+  }
+  poke(p, 16);
+}
+
+// After 1100 later frees of 4 MiB (4.4 GiB carved) the dangling pointer
+// still faults, and the report names the chunk and its stacks.
+TEST(LargeDeathTest, ADanglingPointerFaultsPast1024FreesAnd4GiB) {
+  if (!belt_on())
+    GTEST_SKIP() << "no belt under this strategy";
+  EXPECT_EXIT(dangling_after(1100, 4 * MiB), testing::KilledBySignal(SIGSEGV),
+              "^" QM_ERR "use-after-free \\(write\\) at " HEX
+              " \\(offset 16 in freed large chunk of 1048576 bytes at " HEX "\\)\n" QM_ACCESSED
+              "  freed by thread [0-9]+, 1100 large frees and [0-9]+ ms ago, here:\n");
+}
+
+// Past the ring of kept records (4096) the range still faults, and the report
+// says what it was.
+TEST(LargeDeathTest, ARangeFreedLongAgoStillFaults) {
+  if (!belt_on())
+    GTEST_SKIP() << "no belt under this strategy";
+  EXPECT_EXIT(dangling_after(5000, 128 * KiB), testing::KilledBySignal(SIGSEGV),
+              "^" QM_ERR "use-after-free \\(write\\) at " HEX
+              " \\(in a large chunk freed long ago, its record no longer kept\\)\n");
+}
+
 // Which of 24 aged 1 MiB chunks serve 12 requests of the same size, as
 // indexes into the order they were freed in (-1: another chunk).
 std::vector<int> reuse_order() {
+  // each chunk marked: with the belt its pages, not its address, come back
   std::vector<void *> a(24);
-  for (auto &p : a)
-    p = qm_malloc(MiB);
+  for (size_t i = 0; i < a.size(); i++) {
+    a[i] = qm_malloc(MiB);
+    *static_cast<uint64_t *>(a[i]) = uint64_t{0xbe17} << 32 | i;
+  }
   for (void *p : a)
     qm_free(p);
   for (int i = 0; i < 40; i++) // 120 MiB and 40 frees after them: all aged
@@ -1028,7 +1171,11 @@ std::vector<int> reuse_order() {
   for (int i = 0; i < 12; i++) {
     got.push_back(qm_malloc(MiB));
     auto it = std::find(a.begin(), a.end(), got.back());
-    order.push_back(it == a.end() ? -1 : static_cast<int>(it - a.begin()));
+    uint64_t mark = *static_cast<uint64_t *>(got.back());
+    if (it != a.end())
+      order.push_back(static_cast<int>(it - a.begin()));
+    else
+      order.push_back(mark >> 32 == 0xbe17 ? static_cast<int>(mark & 0xff) : -1);
   }
   for (void *p : got)
     qm_free(p);

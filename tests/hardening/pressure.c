@@ -146,10 +146,12 @@ static int fill_mappings(void) {
   return 0;
 }
 
-/* A large request when no mapping is left: only unmapping the quarantine's
- * window chunk lets it succeed. The default profile serves it, counts it
- * and warns once; hardening=max fails it with ENOMEM, and the freed chunk
- * still faults. */
+/* A large request when no mapping is left: with chunks of their own
+ * (window_gb=0) only unmapping the quarantine's window chunk lets it
+ * succeed. The default profile serves it, counts it and warns once;
+ * hardening=max fails it with ENOMEM, and the freed chunk still faults. On
+ * the belt no chunk's mapping can go to make room: the request fails with
+ * ENOMEM in both profiles, and the freed chunk still faults. */
 static int map_count(void) {
   void (*get)(qm_stats_t *) = (void (*)(qm_stats_t *))dlsym(RTLD_DEFAULT, "qm_stats");
   char *p = opaque(malloc(1 << 20));

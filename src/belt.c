@@ -1,0 +1,325 @@
+/* belt.c: the belt, large chunks' address space: one PROT_NONE MAP_NORESERVE
+ * reservation of twice the window, cut into segments of SEG bytes, carved
+ * in address order by a head that wraps round. Invariants: the head enters
+ * a segment only if no chunk's range in it is alive (users == 0), nothing in
+ * it waits to be mapped afresh (unclean == 0, busy == 0), and its last
+ * chunk was freed at least a window ago (window bytes carved and
+ * window_frees large frees since), so a freed range never comes back
+ * sooner; behind the head ranges are only ever released, never carved. A
+ * dead range is mapped afresh PROT_NONE (alone, or with its whole segment
+ * once the segment holds no chunk) so that it merges back into the
+ * reservation: the belt holds a bounded number of mappings and gives its
+ * page tables back. State under BT.lock, a leaf (taken inside the
+ * secondary's); syscalls without it. Fixed state (base, length, segment
+ * table) is sealed in LF.
+ */
+#include "belt.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+
+#include "large.h"
+#include "options.h"
+#include "os.h"
+
+#define SEG_SHIFT 24 /* 16 MiB: small enough that a long-lived chunk pins little */
+#define SEG ((size_t)1 << SEG_SHIFT)
+#define MIN_SEGS 16  /* below 256 MiB of address space the belt is not worth it */
+#define PEND 64      /* dead ranges waiting to be mapped afresh */
+#define WHOLE 32     /* emptied segments waiting to be mapped afresh */
+#define GAP_PAGES 16 /* a chunk starts 1 to GAP_PAGES guard pages after the last */
+#define NOSEG SIZE_MAX
+
+typedef struct belt_seg {
+  uint32_t users;       /* chunks whose range is in it and not dead */
+  uint16_t busy;        /* mappings afresh in flight over it */
+  uint16_t unclean;     /* dead ranges in it not yet mapped afresh */
+  uint64_t free_odo;    /* the odometer when its last chunk was freed */
+  uint64_t free_seq;    /* large frees then */
+  _Atomic uint8_t ever; /* it held a chunk (reports) */
+  uint8_t whole;        /* queued for a mapping afresh of all of it */
+} belt_seg_t;
+
+typedef struct pend {
+  uintptr_t base;
+  size_t len;
+  size_t seg;
+} pend_t;
+
+static struct {
+  qm_lock_t lock;
+  size_t head, headseg; /* offset of the next carve; the segment it is in, if entered */
+  _Atomic uint64_t odo;
+  pend_t pend[PEND];
+  unsigned npend;
+  size_t whole[WHOLE];
+  unsigned nwhole;
+  qm_rng_t rng;
+} BT = {.lock = QM_LOCK_INIT, .headseg = NOSEG};
+
+static belt_seg_t *seg_at(size_t s) {
+  QM_CHECK_OP(s, <, LF.belt_nseg);
+  return &LF.belt_seg[s];
+}
+static size_t seg_of(uintptr_t a) { return (a - LF.belt_base) >> SEG_SHIFT; }
+
+/* The window in force, in bytes: window_gb, at most half the reservation so
+ * that the head always finds room a window behind it. */
+static uint64_t window_bytes(void) {
+  uint64_t w = (uint64_t)qm__opt.window_gb << 30, half = LF.belt_len / 2;
+  return w < half ? w : half;
+}
+
+/* The reservation: twice the window, less where RLIMIT_AS leaves less (a
+ * quarter of what is left under it, so that the program keeps the rest),
+ * halved while the kernel refuses it (a 47-bit address space holds 128 TiB;
+ * an emulator may hold less). */
+static size_t reservation_bytes(void) {
+  size_t want = (size_t)qm__opt.window_gb << 31;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    char buf[64];
+    long long vm = 0;
+    if (qm_os_read_file("/proc/self/statm", buf, sizeof buf) > 0)
+      for (const char *c = buf; *c >= '0' && *c <= '9'; c++)
+        vm = vm * 10 + (*c - '0');
+    size_t used = (size_t)vm << qm__page_shift;
+    size_t left = rl.rlim_cur > used ? (size_t)rl.rlim_cur - used : 0;
+    if (want > left / 4)
+      want = left / 4;
+  }
+  return want & ~(SEG - 1);
+}
+
+void qm__belt_init(void) {
+  if (!qm__opt.window_gb || LF.belt_base)
+    return;
+  for (size_t len = reservation_bytes(); len >= MIN_SEGS * SEG; len = (len / 2) & ~(SEG - 1)) {
+    size_t nseg = len >> SEG_SHIFT;
+    void *segs, *res;
+    if (qm_os_map_guarded(qm_page_up(nseg * sizeof(belt_seg_t)), QM_PROT_RW, &segs))
+      return;
+    if (qm_os_reserve(len + SEG, &res) == 0) {
+      /* segment-aligned, so that a segment mapped afresh frees whole page
+       * tables; the slack goes back at once */
+      uintptr_t b = qm_align_up((uintptr_t)res, SEG);
+      if (b > (uintptr_t)res)
+        qm_os_unmap(res, b - (uintptr_t)res);
+      if ((uintptr_t)res + SEG > b)
+        qm_os_unmap((void *)(b + len), (uintptr_t)res + SEG - b);
+      LF.belt_base = b;
+      LF.belt_len = len;
+      LF.belt_nseg = nseg;
+      LF.belt_seg = segs;
+      /* the head starts at a random segment: where the first chunks lie is
+       * not known from the reservation's address */
+      BT.head = (size_t)qm_rng_below(&BT.rng, (uint32_t)(nseg < UINT32_MAX ? nseg : UINT32_MAX))
+                << SEG_SHIFT;
+      return;
+    }
+    qm_os_unmap_guarded(segs, qm_page_up(nseg * sizeof(belt_seg_t)));
+  }
+}
+
+bool qm__belt_on(void) { return LF.belt_base && qm__opt.window_gb; }
+
+uint64_t qm__belt_odometer(void) { return atomic_load_explicit(&BT.odo, memory_order_relaxed); }
+
+/* Queues segment s to be mapped afresh whole, if it holds no chunk and
+ * something in it waits (under BT.lock); its queued ranges are dropped,
+ * the whole mapping covers them. Never the head's segment: the head may
+ * carve the rest of it meanwhile. */
+static void maybe_whole(size_t s) {
+  belt_seg_t *g = seg_at(s);
+  if (g->users || !g->unclean || g->whole || s == BT.headseg || BT.nwhole == WHOLE)
+    return;
+  for (unsigned k = 0; k < BT.npend;)
+    if (BT.pend[k].seg == s) {
+      BT.pend[k] = BT.pend[--BT.npend];
+      g->unclean--;
+    } else {
+      k++;
+    }
+  g->whole = 1;
+  g->busy++;
+  BT.whole[BT.nwhole++] = s;
+}
+
+/* Whether the head may enter segment s now (under BT.lock). */
+static bool enterable(size_t s, uint64_t frees) {
+  belt_seg_t *g = seg_at(s);
+  if (g->users || g->busy || g->unclean) {
+    maybe_whole(s); /* one that could not be queued when it emptied */
+    return false;
+  }
+  if (!atomic_load_explicit(&g->ever, memory_order_relaxed))
+    return true;
+  return BT.odo - g->free_odo >= window_bytes() && frees - g->free_seq >= qm__opt.window_frees;
+}
+
+/* The head leaves its segment: if that emptied meanwhile, it can be mapped
+ * afresh now. */
+static void leave_head(void) {
+  size_t s = BT.headseg;
+  BT.headseg = NOSEG;
+  if (s != NOSEG)
+    maybe_whole(s);
+}
+
+bool qm__belt_carve(size_t usable_len, size_t align, uint64_t frees, qm_range_t *out,
+                    uintptr_t *evict_lo, uintptr_t *evict_hi) {
+  if (!LF.belt_base)
+    return false;
+  size_t pg = qm__page;
+  if (align < pg)
+    align = pg;
+  if (usable_len > LF.belt_len / 4 || align > SEG)
+    return false;
+  qm_lock(&BT.lock);
+  size_t gap = (1 + qm_rng_below(&BT.rng, GAP_PAGES)) * pg;
+  /* at most a lap and a segment: every segment is tried once */
+  for (size_t tries = 0; tries <= LF.belt_nseg + 1; tries++) {
+    uintptr_t start = LF.belt_base + BT.head;
+    uintptr_t usable = qm_align_up(start + gap, align);
+    uintptr_t end = usable + usable_len + pg;
+    if (end > LF.belt_base + LF.belt_len) { /* round to the start */
+      leave_head();
+      BT.head = 0;
+      continue;
+    }
+    size_t first = seg_of(start), last = seg_of(end - 1);
+    size_t s = first == BT.headseg ? first + 1 : first, lo = s;
+    for (; s <= last; s++)
+      if (!enterable(s, frees))
+        break;
+    if (s <= last) { /* skip past the segment it may not enter */
+      leave_head();
+      BT.head = (s + 1) << SEG_SHIFT;
+      if (BT.head >= LF.belt_len)
+        BT.head = 0;
+      continue;
+    }
+    if (last != BT.headseg)
+      leave_head();
+    for (s = first; s <= last; s++) {
+      seg_at(s)->users++;
+      atomic_store_explicit(&seg_at(s)->ever, 1, memory_order_relaxed);
+    }
+    *evict_lo = LF.belt_base + (lo << SEG_SHIFT);
+    *evict_hi = lo <= last ? LF.belt_base + ((last + 1) << SEG_SHIFT) : *evict_lo;
+    BT.headseg = last;
+    BT.head = end - LF.belt_base;
+    atomic_store_explicit(&BT.odo, BT.odo + (end - start), memory_order_relaxed);
+    qm_unlock(&BT.lock);
+    *out = (qm_range_t){.base = start, .usable = usable, .span = end - start};
+    return true;
+  }
+  qm_unlock(&BT.lock);
+  return false;
+}
+
+bool qm__belt_release(uintptr_t base, size_t span, uint64_t free_odo, uint64_t free_seq,
+                      bool clean) {
+  qm_lock(&BT.lock);
+  for (size_t s = seg_of(base), last = seg_of(base + span - 1); s <= last; s++) {
+    belt_seg_t *g = seg_at(s);
+    QM_CHECK(g->users);
+    g->users--;
+    if (free_odo > g->free_odo)
+      g->free_odo = free_odo;
+    if (free_seq > g->free_seq)
+      g->free_seq = free_seq;
+    if (!clean) {
+      /* its part of the range, to be mapped afresh alone or with the
+       * segment; where the queue is full it waits for the segment's turn */
+      uintptr_t lo = LF.belt_base + (s << SEG_SHIFT), hi = lo + SEG;
+      lo = lo > base ? lo : base;
+      hi = hi < base + span ? hi : base + span;
+      g->unclean++;
+      if (!g->users && s != BT.headseg)
+        maybe_whole(s);
+      else if (BT.npend < PEND)
+        BT.pend[BT.npend++] = (pend_t){.base = lo, .len = hi - lo, .seg = s};
+    } else if (!g->users) {
+      maybe_whole(s);
+    }
+  }
+  bool work = BT.nwhole || BT.npend >= PEND / 2;
+  qm_unlock(&BT.lock);
+  return work;
+}
+
+int qm__belt_clean(uintptr_t base, size_t span) { return qm_os_reserve_fixed((void *)base, span); }
+
+void qm__belt_tidy(void) {
+  pend_t p[PEND];
+  size_t w[WHOLE];
+  qm_lock(&BT.lock);
+  unsigned np = BT.npend, nw = BT.nwhole;
+  for (unsigned k = 0; k < np; k++) {
+    p[k] = BT.pend[k];
+    seg_at(p[k].seg)->busy++;
+  }
+  for (unsigned k = 0; k < nw; k++)
+    w[k] = BT.whole[k];
+  BT.npend = BT.nwhole = 0;
+  qm_unlock(&BT.lock);
+  if (!np && !nw)
+    return;
+  /* by address, so that neighbours (chunks that died side by side, with
+   * the guard pages between them) go in one call */
+  for (unsigned k = 1; k < np; k++)
+    for (unsigned j = k; j && p[j - 1].base > p[j].base; j--) {
+      pend_t t = p[j];
+      p[j] = p[j - 1];
+      p[j - 1] = t;
+    }
+  int perr[PEND], werr[WHOLE];
+  for (unsigned k = 0, run; k < np; k += run) {
+    uintptr_t end = p[k].base + p[k].len;
+    for (run = 1; k + run < np && p[k + run].base == end; run++)
+      end = p[k + run].base + p[k + run].len;
+    int err = qm__belt_clean(p[k].base, end - p[k].base);
+    for (unsigned j = k; j < k + run; j++)
+      perr[j] = err;
+  }
+  for (unsigned k = 0; k < nw; k++)
+    werr[k] = qm__belt_clean(LF.belt_base + (w[k] << SEG_SHIFT), SEG);
+  qm_lock(&BT.lock);
+  for (unsigned k = 0; k < np; k++) {
+    belt_seg_t *g = seg_at(p[k].seg);
+    g->busy--;
+    if (!perr[k] && g->unclean)
+      g->unclean--;
+  }
+  for (unsigned k = 0; k < nw; k++) {
+    belt_seg_t *g = seg_at(w[k]);
+    g->busy--;
+    g->whole = 0;
+    if (!werr[k])
+      g->unclean = 0;
+  }
+  qm_unlock(&BT.lock);
+}
+
+bool qm__belt_holds(uintptr_t a, bool *ever) {
+  if (!LF.belt_base || a < LF.belt_base || a - LF.belt_base >= LF.belt_len)
+    return false;
+  *ever = atomic_load_explicit(&LF.belt_seg[seg_of(a)].ever, memory_order_relaxed);
+  return true;
+}
+
+void qm__belt_stats(uint64_t *reserved, uint64_t *window, uint64_t *maps) {
+  qm_lock(&BT.lock);
+  *reserved = LF.belt_len;
+  *window = LF.belt_base ? window_bytes() : 0;
+  /* the reservation's own pieces, the queued ranges (a range left by a
+   * move may be two), the queued segments */
+  *maps = LF.belt_base ? 1 + 2 * (uint64_t)BT.npend + BT.nwhole : 0;
+  qm_unlock(&BT.lock);
+}
+
+void qm__belt_fork_prepare(void) { qm_lock(&BT.lock); }
+void qm__belt_fork_parent(void) { qm_unlock(&BT.lock); }
+void qm__belt_fork_child(void) { qm_lock_reinit(&BT.lock); }
