@@ -84,6 +84,13 @@ typedef struct qm_probe_result {
   int strategy;      /* qm_strategy_t qmalloc chose */
   char reason[192];  /* why, in words */
   char kernel[65];   /* uname release */
+  /* the belt's reuse (window_gb): faults rewriting the written pages after
+     mremap(MREMAP_DONTUNMAP) moved them to a fresh range, PROT_NONE and
+     then opened with mprotect(RW) (pages that waited at the freed
+     address), and RW, moved away and back with no mprotect at all (pages
+     moved at free); -1 where it could not be measured (no MREMAP_DONTUNMAP
+     before Linux 5.7). The belt is used only where the first is 0. */
+  long faults_move_protect, faults_move_rw;
 } qm_probe_result_t;
 
 /* The verdict the allocator runs on (probing on first call). */

@@ -122,10 +122,31 @@ static void probe_thp(qm_probe_result_t *r) {
   qm_os_unmap(p, huge);
 }
 
+/* The belt's reuse, both ways, on the n written pages at p (RW, drained),
+ * with p + n pages a scratch page to drain with: see faults_move_* in
+ * qmalloc.h. p is left PROT_NONE and empty. */
+static void probe_move(qm_probe_result_t *r, char *p, size_t n) {
+  size_t len = n * qm__page;
+  r->faults_move_protect = r->faults_move_rw = -1;
+  void *d;
+  if (qm_os_map(2 * len, 0, QM_PROT_NONE, &d))
+    return;
+  char *a = d, *b = a + len;
+  if (!qm_os_protect(p, len, QM_PROT_RW, QM_PROT_NONE) && !qm_os_move(p, len, a, true) &&
+      !qm_os_protect(a, len, QM_PROT_NONE, QM_PROT_RW)) {
+    r->faults_move_protect = write_pages(a, n);
+    qm_os_dontneed(p + len, qm__page, QM_PROT_RW); /* drain, as below */
+    if (!qm_os_move(a, len, b, true) && !qm_os_move(b, len, a, true))
+      r->faults_move_rw = write_pages(a, n);
+  }
+  qm_os_unmap(d, 2 * len);
+}
+
 QM_EXPORT int qm_probe_run(qm_probe_result_t *r, int full) {
   if (!qm__page)
     qm__init_page_size();
   memset(r, 0, sizeof *r);
+  r->faults_move_protect = r->faults_move_rw = -1;
   struct utsname u;
   if (uname(&u) == 0) {
     size_t n = strnlen(u.release, sizeof r->kernel - 1);
@@ -175,6 +196,10 @@ QM_EXPORT int qm_probe_run(qm_probe_result_t *r, int full) {
     qm_os_guard_remove(p, qm__page);
   if (full)
     probe_thp(r);
+  /* last: it leaves p PROT_NONE and empty */
+  write_pages(p, n);
+  qm_os_dontneed(p + len, qm__page, QM_PROT_RW);
+  probe_move(r, p, n);
 out:
   pin_end(&pin);
   qm_os_unmap(p, len + qm__page);

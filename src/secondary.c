@@ -130,9 +130,11 @@ static void ensure_ready(void) {
       long long pmd = qm_os_read_number("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
       LF.thp_size = pmd > 0 && qm_is_pow2((size_t)pmd) ? (size_t)pmd : 0;
     }
-    /* the belt: only where freed chunks keep their pages (protect); the
-     * strategies that drop pages keep their chunks in mappings of their own */
-    if (LF.strategy == QM_STRATEGY_PROTECT)
+    /* the belt: only where freed chunks keep their pages (protect), and
+     * where the probe found moving them fault-free; the strategies that
+     * drop pages keep their chunks in mappings of their own, reused in
+     * place (as does protect where a move faulted) */
+    if (LF.strategy == QM_STRATEGY_PROTECT && r->faults_move_protect == 0)
       qm__belt_init();
     if (LF.blk) /* else sealed once a later request reserves the table */
       qm__late_seal(qm__lfix);

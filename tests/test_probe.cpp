@@ -75,6 +75,14 @@ TEST(Probe, FullRunAddsThpAndAgreesWithTheCachedVerdict) {
   if (full.fast_thp != -1) {
     EXPECT_EQ(full.fast_thp, full.faults_thp == 0);
   }
+  // the belt's reuse: pages moved by mremap keep their write bit, so on a
+  // fast-path kernel neither way faults (6.18: 0 and 0)
+  EXPECT_EQ(full.faults_move_protect, r->faults_move_protect);
+  if (full.fast_dirty == 1) {
+    EXPECT_EQ(full.faults_move_protect, 0);
+    EXPECT_EQ(full.faults_move_rw, 0);
+  }
+  EXPECT_GE(full.faults_move_rw, full.faults_move_protect < 0 ? -1 : 0);
 }
 
 // The probe pins its thread to one CPU while it measures (the LRU drain is

@@ -85,6 +85,8 @@ int main(int argc, char **argv) {
     printf("  \"probe_pages\": %u,\n  \"faults_first_write\": %ld,\n", r.pages, r.faults_first);
     printf("  \"faults_dirty\": %ld,\n  \"faults_clean\": %ld,\n  \"faults_thp\": %ld,\n",
            r.faults_dirty, r.faults_clean, r.faults_thp);
+    printf("  \"faults_move_protect\": %ld,\n  \"faults_move_rw\": %ld,\n", r.faults_move_protect,
+           r.faults_move_rw);
     printf("  \"probe_us\": %.1f,\n", r.probe_ns / 1000.0);
     printf("  \"max_map_count\": %lld,\n  \"mappings_held\": %ld,\n", max_maps, maps);
     printf("  \"strategy\": \"%s\",\n  \"strategy_forced\": %s,\n  \"reason\": \"%s\",\n",
@@ -121,6 +123,12 @@ int main(int argc, char **argv) {
            yesno(r.fast_thp), r.faults_thp);
   printf("guard regions                 %s  (MADV_GUARD_INSTALL; Linux 6.13+)\n",
          yesno(r.guard_regions));
+  if (r.faults_move_protect < 0)
+    printf("pages moved (mremap)          n/a (no MREMAP_DONTUNMAP: Linux 5.7+)\n");
+  else
+    printf("pages moved (mremap)          %ld faults rewriting %u pages moved PROT_NONE then "
+           "opened, %ld moved RW away and back (the belt's reuse)\n",
+           r.faults_move_protect, r.pages, r.faults_move_rw);
   printf("vm.max_map_count              %lld (this process holds %ld mappings)\n", max_maps, maps);
   printf("probe cost                    %.0f us\n", r.probe_ns / 1000.0);
   printf("strategy                      %s%s\n", qm_strategy_name(v->strategy),
