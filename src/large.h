@@ -49,7 +49,8 @@ enum {
   F_SPLIT = 8,
   F_COLD = 16,
   F_HUGE = 32,
-  F_BELT = 64
+  F_BELT = 64,
+  F_INDEXED = 128 /* in the address index (qm__rec_publish until qm__rec_free) */
 };
 
 typedef struct block {
@@ -62,6 +63,7 @@ typedef struct block {
   uint64_t seq, mark; /* large frees / bytes freed when it was quarantined */
   uint64_t odo;       /* the belt's odometer when it was freed */
   uint32_t qprev, qnext, bprev, bnext;
+  uint32_t anext;                     /* the next record of its address index bucket */
   uint8_t state, flags, vmas, bclass; /* bclass: its bin while F_INBIN */
   /* log2 of the alignment a live chunk was requested with (aligned_alloc
    * and the like), 0 for malloc's and after a realloc: what
@@ -76,6 +78,9 @@ typedef struct slot {
 
 #define STK_SEG ((size_t)1 << 13) /* 2.25 MiB of stack entries at 16 frames */
 #define DEAD_MAX 4096             /* dead records kept for reports */
+#define ABUCKETS 4096             /* address index: buckets of 16 MiB granules */
+#define AGRAN_SHIFT 24
+#define ABIG ((size_t)64 << 20) /* records spanning more are on one list */
 
 typedef struct qm_large {
   qm_lock_t lock;
@@ -109,6 +114,9 @@ typedef struct qm_large {
   uint32_t dead[DEAD_MAX];
   size_t dead_head, dead_n;
   uint64_t belt_fresh, belt_moves, buried; /* belt chunks carved, reuses by move, buried */
+  /* the address index: records by the 16 MiB granule of their base, the
+   * few spanning more than ABIG on one list; heads, linked by anext */
+  _Atomic uint32_t abucket[ABUCKETS], abig;
 } qm_large_t;
 
 /* Defined in large_record.c. The short name keeps the code that moved out of
@@ -194,6 +202,13 @@ void qm__rec_free(uint32_t i);
 uint32_t qm__tab_find(uintptr_t k);
 bool qm__tab_reserve(void);
 void qm__tab_insert(uintptr_t k, uint32_t idx);
+/* Makes a record whose mapping is set known: by its user pointer (the hash)
+ * and by address (the index qm__rec_find reads). */
+void qm__rec_publish(uint32_t i);
+/* The record whose mapping (guards included) holds a, or NIL. Lock-free
+ * and allocation-free (the SIGSEGV handler's): records never move, links
+ * are read racily, and a walk is bounded. */
+uint32_t qm__rec_find(uintptr_t a);
 /* Moves a chunk's entry to its new user pointer (a reuse with another lead). */
 void qm__tab_rekey(uintptr_t from, uintptr_t to, uint32_t idx);
 void qm__set_vmas(block_t *b, bool live);

@@ -126,8 +126,12 @@ uint32_t qm__rec_alloc(void) {
   return (uint32_t)S.nblk++;
 }
 
+static void addr_remove(uint32_t i);
+
 void qm__rec_free(uint32_t i) {
   block_t *b = B(i);
+  if (b->flags & F_INDEXED)
+    addr_remove(i);
   memset(b, 0, sizeof *b);
   b->state = B_UNUSED;
   b->qnext = S.free_rec;
@@ -135,6 +139,70 @@ void qm__rec_free(uint32_t i) {
 }
 
 static size_t hash(uintptr_t k) { return (size_t)((k >> 12) * 0x9e3779b97f4a7c15ull); }
+
+/* ---- the address index (changed under S.lock, read without it): what
+ * holds an address, for reports and malloc_object_size, without a scan of
+ * every record (dead ones included: 4096 and more) ---- */
+
+static _Atomic uint32_t *addr_head(const block_t *b) {
+  if (b->span > ABIG)
+    return &S.abig;
+  return &S.abucket[(b->base >> AGRAN_SHIFT) % ABUCKETS];
+}
+
+/* Links hold a record's index + 1: 0 ends a list, so zeroed heads are
+ * empty lists and a zeroed (freed) record ends a racy walk. */
+void qm__rec_publish(uint32_t i) {
+  block_t *b = B(i);
+  qm__tab_insert(user_of(b), i);
+  _Atomic uint32_t *h = addr_head(b);
+  b->anext = atomic_load_explicit(h, memory_order_relaxed);
+  b->flags |= F_INDEXED;
+  /* the record is whole before a reader can reach it */
+  atomic_store_explicit(h, i + 1, memory_order_release);
+}
+
+static void addr_remove(uint32_t i) {
+  block_t *b = B(i);
+  _Atomic uint32_t *h = addr_head(b);
+  uint32_t k = atomic_load_explicit(h, memory_order_relaxed);
+  if (k == i + 1) {
+    atomic_store_explicit(h, b->anext, memory_order_release);
+    return;
+  }
+  while (k && B(k - 1)->anext != i + 1)
+    k = B(k - 1)->anext;
+  QM_CHECK(k);
+  B(k - 1)->anext = b->anext;
+}
+
+static bool holds(uint32_t i, uintptr_t a) {
+  const block_t *b = &LF.blk[i];
+  return b->state != B_UNUSED && a >= b->base && a - b->base < b->span;
+}
+
+/* A walk takes at most this many steps: a racy read may meet a record
+ * being reused. */
+#define AWALK 65536
+
+uint32_t qm__rec_find(uintptr_t a) {
+  if (!LF.blk)
+    return NIL;
+  unsigned steps = 0;
+  for (uint32_t k = atomic_load_explicit(&S.abig, memory_order_acquire);
+       k && k <= LF.blk_max && steps < AWALK; k = LF.blk[k - 1].anext, steps++)
+    if (holds(k - 1, a))
+      return k - 1;
+  /* a record's base is in its own granule or up to ABIG before */
+  for (uintptr_t g = 0; g <= (ABIG >> AGRAN_SHIFT) + 1 && g <= a >> AGRAN_SHIFT; g++) {
+    _Atomic uint32_t *h = &S.abucket[((a >> AGRAN_SHIFT) - g) % ABUCKETS];
+    for (uint32_t k = atomic_load_explicit(h, memory_order_acquire);
+         k && k <= LF.blk_max && steps < AWALK; k = LF.blk[k - 1].anext, steps++)
+      if (holds(k - 1, a))
+        return k - 1;
+  }
+  return NIL;
+}
 
 uint32_t qm__tab_find(uintptr_t k) {
   if (!S.tab_cap)

@@ -1,7 +1,8 @@
 /* large_report.c: what a report says about an address in a large chunk's
  * mapping: the kind of error and where (qm__large_describe), then the
  * stacks that freed and allocated the chunk. Lock-free and allocation-free,
- * for the SIGSEGV handler: records and stack entries never move, and are
+ * for the SIGSEGV handler: the record is found through the address index
+ * (qm__rec_find); records and stack entries never move, and are
  * read racily (counts clamped).
  */
 #include "large_report.h"
@@ -13,11 +14,9 @@
 bool qm__large_describe(uintptr_t a, qm_access_t *what, uintptr_t *user, qm_buf_t *d) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !LF.blk)
     return false;
-  size_t n = S.nblk;
-  for (size_t i = 0; i < n; i++) {
+  uint32_t i = qm__rec_find(a);
+  if (i != NIL) {
     const block_t *b = &LF.blk[i];
-    if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
-      continue;
     /* a racy read of the record: the fault came from an access to it, so
      * at worst the words are those of a moment earlier */
     uintptr_t u = user_of(b);
@@ -73,11 +72,9 @@ void qm__large_report_stacks(const void *addr) {
   uintptr_t a = (uintptr_t)addr;
   if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !LF.blk || !LF.frames)
     return;
-  size_t n = S.nblk;
-  for (size_t i = 0; i < n; i++) {
+  uint32_t i = qm__rec_find(a);
+  if (i != NIL) {
     const block_t *b = &LF.blk[i];
-    if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
-      continue;
     stk_t *e = qm__stk_at((uint32_t)i);
     if (!e)
       return;

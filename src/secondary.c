@@ -232,7 +232,7 @@ static void *fresh_belt(size_t size, unsigned ashift, size_t need, size_t lead, 
                  .qnext = NIL,
                  .bprev = NIL,
                  .bnext = NIL};
-  qm__tab_insert(user_of(b), i);
+  qm__rec_publish(i);
   S.mapped_bytes += r.span;
   S.fresh++;
   S.belt_fresh++;
@@ -304,7 +304,7 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
                  .qnext = NIL,
                  .bprev = NIL,
                  .bnext = NIL};
-  qm__tab_insert(user_of(b), j);
+  qm__rec_publish(j);
   S.mapped_bytes += r.span;
   S.belt_moves++;
   bool work = qm__q_bury_locked(i, false);
@@ -381,7 +381,7 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
                  .qnext = NIL,
                  .bprev = NIL,
                  .bnext = NIL};
-  qm__tab_insert(user_of(b), i);
+  qm__rec_publish(i);
   S.mapped_bytes += r.span;
   S.fresh++;
   qm_unlock(&S.lock);
@@ -702,7 +702,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
                  .bnext = NIL};
   qm__set_vmas(b, true);
   qm__note_alloc(i, t);
-  qm__tab_insert(user_of(b), i);
+  qm__rec_publish(i);
   uintptr_t u = user_of(b);
   S.mapped_bytes += r.span;
   S.fresh++;
@@ -858,13 +858,11 @@ size_t qm__large_object_size(uintptr_t a) {
     return SIZE_MAX;
   size_t r = SIZE_MAX;
   qm_lock(&S.lock);
-  for (size_t i = 0; i < S.nblk; i++) {
-    const block_t *b = &LF.blk[i];
-    if (b->state == B_UNUSED || a < b->base || a >= b->base + b->span)
-      continue;
+  uint32_t i = qm__rec_find(a);
+  if (i != NIL) {
+    const block_t *b = B(i);
     uintptr_t u = user_of(b);
     r = b->state == B_LIVE && a >= u && a - u < b->size ? b->size - (a - u) : 0;
-    break;
   }
   qm_unlock(&S.lock);
   return r;
