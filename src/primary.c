@@ -411,6 +411,18 @@ static void purge_locked(unsigned c) {
   qm_os_unmap(cover, qm_page_up(npages * sizeof *cover));
 }
 
+void qm__central_group_bytes(size_t bytes[QM_GROUPS]) {
+  for (unsigned g = 0; g < QM_GROUPS; g++)
+    bytes[g] = 0;
+  for (unsigned c = 0; c < QM_NCLASS; c++) {
+    central_t *cl = &central[c];
+    qm_lock(&cl->lock);
+    for (unsigned g = 0; g < QM_GROUPS; g++)
+      bytes[g] += cl->nfree_of[g] * (size_t)qm__class[c].size;
+    qm_unlock(&cl->lock);
+  }
+}
+
 #ifdef QM_TEST_HOOKS
 size_t qm__central_group_free(unsigned c, unsigned group) {
   central_t *cl = &central[c];
