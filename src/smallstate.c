@@ -327,8 +327,11 @@ void qm__small_pend_batch(unsigned k) {
   const uintptr_t base = qm__pbase;
   const unsigned shift = qm__rshift;
   uint64_t r = 0;
-  unsigned draws = 0;
   for (unsigned i = 0; i < QM_PEND_HALF; i++) {
+    /* 16 bits of a draw for each place below: four places to a draw,
+     * drawn before any entry can be skipped */
+    if (!(i % 4))
+      r = qm_rand();
     uintptr_t s = q[i].slot, at = q[i].at;
     if (!s)
       continue;
@@ -342,14 +345,8 @@ void qm__small_pend_batch(unsigned k) {
       qm__small_release(s, c);
       continue;
     }
-    /* at a random place (malloc takes the top one): 16 bits of a draw
-     * each, four places to a draw; bins hold at most 128, so the bias is
-     * below 1/512 */
-    if (!draws) {
-      r = qm_rand();
-      draws = 4;
-    }
-    draws--;
+    /* at a random place (malloc takes the top one); bins hold at most
+     * 128, so the bias of a 16-bit draw is below 1/512 */
     uint32_t j = (uint32_t)(((r & 0xffff) * (n + 1)) >> 16);
     r >>= 16;
     uintptr_t *slot = b->slot;
