@@ -1119,6 +1119,52 @@ TEST_F(Large, BeltMappingsStayBounded) {
   EXPECT_GT(stats().belt_moves, 5000u);
 }
 
+// AnonHugePages of the mapping holding p, in KiB (/proc/self/smaps); -1 if
+// not found.
+long anon_huge_kb(const void *p) {
+  FILE *f = std::fopen("/proc/self/smaps", "r");
+  if (!f)
+    return -1;
+  char line[512];
+  long kb = -1;
+  bool in = false;
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char c;
+    if (std::sscanf(line, "%lx-%lx %c", &lo, &hi, &c) == 3) {
+      in = a >= lo && a < hi;
+      continue;
+    }
+    if (in && std::sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+      break;
+  }
+  std::fclose(f);
+  return kb;
+}
+
+// A THP chunk's pages move as whole huge pages (both ends 2 MiB-aligned:
+// the page tables move PMD by PMD): the chunk that takes them is as huge as
+// the one freed, and holds its bytes.
+TEST_F(Large, BeltMovesHugePagesWhole) {
+  SKIP_UNLESS_THP_KEPT();
+  if (!belt_on())
+    GTEST_SKIP() << "no belt under this strategy";
+  char *p = static_cast<char *>(qm_malloc(8 * MiB));
+  std::memset(p, 1, 8 * MiB);
+  long huge = anon_huge_kb(p);
+  if (huge < 4096)
+    GTEST_SKIP() << "the kernel gave " << huge << " KiB of huge pages";
+  qm_stats_t before = stats();
+  qm_free(p);
+  char *q = static_cast<char *>(qm_malloc(8 * MiB));
+  EXPECT_NE(q, p);
+  EXPECT_EQ(stats().belt_moves, before.belt_moves + 1);
+  EXPECT_EQ(anon_huge_kb(q), huge);
+  EXPECT_TRUE(all_bytes(q, 8 * MiB, 1));
+  qm_free(q);
+}
+
 void dangling_after(int frees, size_t size) {
   char *p = static_cast<char *>(qm_malloc(MiB));
   std::memset(p, 1, MiB);
