@@ -38,7 +38,16 @@ constexpr size_t KiB = 1024, MiB = 1024 * 1024;
 // one reused" does not depend on what earlier tests left behind.
 class Large : public testing::Test {
 protected:
-  void SetUp() override { qmt_quarantine_flush(); }
+  void SetUp() override {
+    // the secondary set up with this process's options, whatever a test
+    // sets later: the belt is reserved (or not) at the first large malloc.
+    // Only where there can be a belt: elsewhere flushing the chunk would
+    // break its window, and warn.
+    static bool ready = qm_probe_result()->strategy == QM_STRATEGY_PROTECT &&
+                        qmt_option("window_gb") && (qm_free(qm_malloc(MiB)), true);
+    (void)ready;
+    qmt_quarantine_flush();
+  }
   void TearDown() override { qmt_options_init(); }
   static void set(const char *opts) { ASSERT_EQ(qmt_options_apply(opts), 0) << opts; }
   static qm_stats_t stats() {
