@@ -72,13 +72,24 @@ static uint32_t ring_cap(unsigned c) {
 }
 static delayed_t *ring_of(unsigned c) { return rings + (size_t)c * 2 * qm__opt.free_delay; }
 
-/* Gives this thread's bins their slots; false if there is no memory for
- * them, in which case the thread allocates from the central lists. */
-static bool cache_create(void) {
+/* How far down the spare registrations cache_create looks for the id it
+ * would rather have. */
+#define ADOPT_SCAN 64
+
+/* Gives this thread's bins their slots, with owner id `want` if an exited
+ * thread left it (0: any); false if there is no memory for them, in which
+ * case the thread allocates from the central lists. */
+static bool cache_create(unsigned want) {
   qm_lock(&registry_lock);
-  qm_tcache_t *tc = spares;
+  qm_tcache_t **link = &spares;
+  for (unsigned k = 0; want && *link && k < ADOPT_SCAN; k++, link = &(*link)->next)
+    if ((*link)->id == want)
+      break;
+  if (!*link || (*link)->id != want)
+    link = &spares;
+  qm_tcache_t *tc = *link;
   if (tc)
-    spares = tc->next;
+    *link = tc->next;
   qm_unlock(&registry_lock);
   if (!tc) {
     qm_lock(&registry_lock);
@@ -152,10 +163,16 @@ static bool have_cache(void) {
     return true;
   if (state == TC_DEAD || !qm__opt.thread_cache)
     return false;
-  return cache_create();
+  return cache_create(0);
 }
 
-bool qm__cache_ensure(void) { return have_cache(); }
+bool qm__cache_ensure(unsigned want) {
+  if (state == TC_LIVE)
+    return true;
+  if (state == TC_DEAD || !qm__opt.thread_cache)
+    return false;
+  return cache_create(want);
+}
 
 /* The count this thread's bin of class c is kept under. */
 static uint32_t *count_of(unsigned c) { return qm__cache_checked ? &hcount[c] : &qm__bin[c].count; }

@@ -43,8 +43,12 @@ size_t qm__cache_delay_early(void);
 uintptr_t qm__cache_take_slow(unsigned c);
 void qm__cache_give_slow(uintptr_t chunk, unsigned c);
 /* Gives the calling thread its cache (and owner id) if it has none yet and
- * may have one; whether it has one now. */
-bool qm__cache_ensure(void);
+ * may have one, taking id `want` if an exited thread left it (0: any);
+ * whether it has one now. A thread whose first act is to free what an
+ * exited thread allocated (a successor in a hand-off) so inherits that
+ * thread's id: the chunks are its own, freed on the fast path, instead of
+ * each sent to whichever thread took the id. */
+bool qm__cache_ensure(unsigned want);
 /* Empties the calling thread's cache into the central lists. */
 void qm__cache_flush_self(void);
 /* Sum of chunks held by all thread caches, in bytes (racy: for stats). */

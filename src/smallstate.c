@@ -518,18 +518,30 @@ QM_INLINE void prefetch_entry(uintptr_t m) {
     __builtin_prefetch(qm_entry_at(c, qm_chunk_index(off & qm__rmask, c)), 1);
 }
 
-/* Frees of a closed id's chunks, by their sender: into the central lists
- * (the id has no cache). false if the id was adopted meanwhile. */
+/* Frees of a closed id's chunks, by their sender: each message's entry
+ * made FREE (under the id's lock, as its owner would), the message
+ * replaced by the chunk's slot; then given to the central lists (the id
+ * has no cache) outside that lock, a run of one class at a time: the class
+ * lock (and the metadata lock it may take) is never taken under an id's. */
 static void settle_closed(unsigned owner, msgb_t *b) {
   for (uint32_t i = 0; i < b->count; i++) {
     unsigned c;
-    uintptr_t s = settle(b->m[i], owner, &c);
+    b->m[i] = settle(b->m[i], owner, &c);
+  }
+}
+static void give_settled(msgb_t *b) {
+  for (uint32_t i = 0, j; i < b->count; i = j) {
+    unsigned c = (unsigned)((qm_slot_chunk(b->m[i]) - qm__pbase) >> qm__rshift);
+    for (j = i + 1; j < b->count && (qm_slot_chunk(b->m[j]) - qm__pbase) >> qm__rshift == c; j++)
+      ;
     if (qm__cache_checked && qm__opt.zero_on_free)
-      memset((void *)qm_slot_chunk(s), 0, qm__class[c].size);
-    qm__central_give(c, qm__cache_group(), &s, 1);
+      for (uint32_t k = i; k < j; k++)
+        memset((void *)qm_slot_chunk(b->m[k]), 0, qm__class[c].size);
+    qm__central_give(c, qm__cache_group(), &b->m[i], j - i);
   }
   b->count = 0;
 }
+/* false if the id was adopted meanwhile: b is then sent to its inbox */
 static bool apply_closed(unsigned owner, msgb_t *b) {
   owner_slot_t *o = &owners[owner];
   qm_lock(&o->lock);
@@ -537,6 +549,8 @@ static bool apply_closed(unsigned owner, msgb_t *b) {
   if (closed)
     settle_closed(owner, b);
   qm_unlock(&o->lock);
+  if (closed)
+    give_settled(b);
   return closed;
 }
 
@@ -701,8 +715,10 @@ static void close_inbox(unsigned id, bool locked) {
     msgb_t *next = b->next;
     if (locked)
       apply_closed(id, b);
-    else
+    else {
       settle_closed(id, b);
+      give_settled(b);
+    }
     msg_drop(b);
     b = next;
   }
@@ -824,7 +840,14 @@ void qm__small_free_slow(void *p, uintptr_t off) {
   e = qm_entry_at(c, index);
   w = qm_entry_load(e);
   unsigned owner = qm_e_owner(w), me = my_id();
-  if (owner && owner != me && !qm__cache_checked && (me || qm__cache_ensure())) {
+  /* a thread that frees what others allocate and has not malloc'd yet:
+   * its cache and id now, so it batches its frees (else each took
+   * msg_lock and went alone), the id of this chunk's owner if that thread
+   * has exited (a successor then frees its predecessor's chunks as its
+   * own) */
+  if (owner && owner != me && !me && !qm__cache_checked && qm__cache_ensure(owner))
+    me = my_id();
+  if (owner && owner != me && me && !qm__cache_checked) {
     /* another thread's chunk: SENT at once, its canary checked RPEND_N
      * frees from now (see rpend). The owner may be changing the entry with
      * plain stores: if it freed the chunk meanwhile, this swap fails and

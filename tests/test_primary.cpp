@@ -359,6 +359,48 @@ TEST(Primary, AFreeOnlyThreadTakesAnIdAtItsFirstRemoteFree) {
   EXPECT_EQ(state, 3u) << "SENT at the free itself";
 }
 
+// A thread whose first act is to free what an exited thread allocated (a
+// successor in a hand-off) takes that thread's id, though another exited
+// later: the chunks are its own, freed as the owner frees them, not each
+// sent to whichever thread took the id.
+TEST(Primary, ASuccessorInheritsTheIdOfTheExitedOwnerItFreesFor) {
+  if (!qmt_option("thread_cache") || qmt_option("guard_all") || qmt_cache_checked())
+    GTEST_SKIP() << "no thread caches, guarded chunks, or checked mode";
+  std::vector<void *> left;
+  unsigned a_id = 0, c_id = 0, b_id = 0, state = 0;
+  std::atomic<int> step{0};
+  std::thread a([&] {
+    for (int i = 0; i < 8; i++)
+      left.push_back(qm_malloc(48));
+    a_id = qmt_owner_id();
+    step = 1;
+    while (step != 2)
+      std::this_thread::yield();
+  });
+  std::thread c([&] { // both live at once: two ids; c exits last, its id the first spare
+    while (step != 1)
+      std::this_thread::yield();
+    qm_free(qm_malloc(48));
+    c_id = qmt_owner_id();
+    step = 2;
+    while (step != 3)
+      std::this_thread::yield();
+  });
+  a.join();
+  step = 3;
+  c.join();
+  std::thread([&] {
+    qm_free(left[0]);
+    b_id = qmt_owner_id();
+    state = qmt_entry(left[0]).state;
+    for (size_t i = 1; i < left.size(); i++)
+      qm_free(left[i]);
+  }).join();
+  ASSERT_NE(a_id, c_id);
+  EXPECT_EQ(b_id, a_id);
+  EXPECT_EQ(state, 2u) << "FREE at once: its own chunk";
+}
+
 // Two frees of one chunk on a thread that does not own it: the first makes
 // it SENT at once, the second reports at once.
 TEST(PrimaryDeathTest, ASecondFreeOnAnotherThreadIsReportedAtOnce) {
