@@ -138,7 +138,7 @@ static QM_COLD void large_free(void *p) {
     return;
   }
   if (qm_guarded_owns(p)) {
-    qm__guarded_free(p, qm__op_free);
+    qm__guarded_free(p, QM_OP_FREE);
     return;
   }
   qm__large_free(p);
@@ -289,33 +289,33 @@ QM_EXPORT void *qm_pvalloc(size_t n) {
  * not a live chunk, naming op. */
 typedef struct held {
   size_t size, usable;
-  const char *kind; /* for the report */
+  qm_chunk_kind_t kind; /* for the report */
   bool large;
 } held_t;
 
-static held_t held_of(const char *op, void *p) {
+static held_t held_of(qm_op_t op, void *p) {
   uintptr_t off = (uintptr_t)p - qm__pbase;
   if (off < qm__pspan) {
     if ((off >> qm__rshift) == QM_ZCLASS)
-      return (held_t){qm__zero_check(op, p), 0, "small", false};
+      return (held_t){qm__zero_check(op, p), 0, QM_CK_ZERO, false};
     unsigned c;
     uint64_t *e, w;
     qm__small_check(op, p, off, &c, &e, &w);
-    return (held_t){qm_e_size(w), qm_e_size(w), "small", false};
+    return (held_t){qm_e_size(w), qm_e_size(w), QM_CK_SMALL, false};
   }
   if (qm__boot_owns(p)) {
     size_t n = qm__boot_size(p, op);
-    return (held_t){n, n, "small", false};
+    return (held_t){n, n, QM_CK_BOOT, false};
   }
   if (qm_guarded_owns(p)) {
     size_t n = qm__guarded_size(p, op);
-    return (held_t){n, n, "sampled small", false};
+    return (held_t){n, n, QM_CK_SAMPLED, false};
   }
-  return (held_t){qm__large_size(p, op), qm__large_usable(p, op), "large", true};
+  return (held_t){qm__large_size(p, op), qm__large_usable(p, op), QM_CK_LARGE, true};
 }
 
 QM_EXPORT size_t qm_malloc_usable_size(void *p) {
-  return p ? held_of("malloc_usable_size of", p).usable : 0;
+  return p ? held_of(QM_OP_USABLE_SIZE, p).usable : 0;
 }
 
 /* Whether a size passed to a sized free names this chunk: the exact
@@ -350,7 +350,7 @@ static bool align_names(void *p, size_t n, size_t align, bool large) {
   uintptr_t off = (uintptr_t)p - qm__pbase;
   if (large) {
     size_t had;
-    qm__large_held(p, qm__op_free, &had);
+    qm__large_held(p, QM_OP_FREE, &had);
     return had == a;
   }
   if (off < qm__pspan) {
@@ -365,12 +365,11 @@ static bool align_names(void *p, size_t n, size_t align, bool large) {
 void qm__free_checked(const char *call, void *p, size_t align, size_t size, unsigned how) {
   if (!p)
     return;
-  held_t h = held_of(qm__op_free, p);
+  held_t h = held_of(QM_OP_FREE, p);
   bool sized = how & QM_FREE_SIZED, aligned = how & QM_FREE_ALIGNED;
   if ((sized && !size_names(h.size, size, align, how & QM_FREE_CXX)) ||
       (aligned && !align_names(p, h.size, align, h.large)))
-    qm__report_size_mismatch(call, p, sized, size, aligned, align, h.kind, h.size,
-                             h.large ? qm__large_report_stacks : NULL);
+    qm__report_size_mismatch(call, p, sized, size, aligned, align, h.kind, h.size);
   qm_free(p);
 }
 
@@ -393,7 +392,7 @@ QM_EXPORT void *qm_realloc(void *p, size_t n) {
   if (off < qm__pspan && (off >> qm__rshift) != QM_ZCLASS) {
     unsigned c;
     uint64_t *e, w;
-    uintptr_t ch = qm__small_check("realloc of", p, off, &c, &e, &w);
+    uintptr_t ch = qm__small_check(QM_OP_REALLOC, p, off, &c, &e, &w);
     size_t cap = qm__class[c].size - QM_CANARY - qm_e_offset(w);
     /* in place while it fits, canary included, wastes at most half the
      * chunk, and this thread may change the entry */
@@ -403,7 +402,7 @@ QM_EXPORT void *qm_realloc(void *p, size_t n) {
     return qm__large_realloc(p, n);
   }
   /* a move: everything the program may have written comes along */
-  size_t old_usable = held_of("realloc of", p).usable;
+  size_t old_usable = held_of(QM_OP_REALLOC, p).usable;
   void *q = qm_malloc(n);
   if (!q)
     return NULL;

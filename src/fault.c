@@ -1,5 +1,5 @@
 /* fault.c: the SIGSEGV handler that explains faults in qmalloc's guards:
- * one line from the large or the small side's description of the address,
+ * one line from the one description of the address (qm__describe),
  * the stack of the access, for a large chunk its own kept stacks, and the
  * SUMMARY line. It only prints (write(2), no lock, no allocation) and returns: the
  * retried access kills the process with the signal it would have had.
@@ -21,44 +21,6 @@
 
 static void fault_handler_install(void);
 
-/* ---- describing small-chunk addresses (for the SIGSEGV report) ---- */
-
-bool qm__small_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
-  if (qm__guarded_describe(a, what, d))
-    return true;
-  if (qm__boot_on_guard(a)) {
-    *what = QM_ACC_GUARD;
-    qm_buf_str(d, "guard page of qmalloc's start-up arena");
-    return true;
-  }
-  uintptr_t off = a - qm__pbase;
-  if (a < qm__pbase && qm__pbase - a <= qm__page && qm__pspan) {
-    *what = QM_ACC_WILD;
-    qm_buf_str(d, "guard page below the small-chunk heap");
-    return true;
-  }
-  if (off >= qm__pspan)
-    return false;
-  unsigned c = (unsigned)(off >> qm__rshift);
-  if (c == QM_ZCLASS)
-    return qm__zero_describe(a, what, d);
-  uintptr_t roff = off & (((uintptr_t)1 << qm__rshift) - 1);
-  if (roff < atomic_load_explicit(&qm__committed[c], memory_order_relaxed)) {
-    if (!qm_on_guard(roff))
-      return false; /* RW memory: whatever faulted there, it was not qmalloc's guard */
-    *what = QM_ACC_GUARD;
-    qm_buf_str(d, "guard page between runs of small chunks of class ");
-    qm_buf_dec(d, qm__class[c].size);
-    qm_buf_str(d, " bytes");
-    return true;
-  }
-  *what = QM_ACC_WILD;
-  qm_buf_str(d, "unused part of the small-chunk heap, class ");
-  qm_buf_dec(d, qm__class[c].size);
-  qm_buf_str(d, " bytes");
-  return true;
-}
-
 /* Puts back the default action for SIGSEGV. SA_RESETHAND did so already
  * when this handler was called as installed; a handler installed later that
  * calls this one for faults it does not own has its own disposition in
@@ -73,16 +35,11 @@ static void default_action(void) {
   sigaction(SIGSEGV, &sa, NULL);
 }
 
-/* The first line of a SIGSEGV explanation; whether addr is a large chunk's
- * and what the access hit. A fault inside a live chunk is no error qmalloc
- * found (the program's own mprotect, say): its line says what was hit
- * without "ERROR". */
-static __attribute__((noinline)) bool segv_line(uintptr_t a, const void *ctx, bool *large,
-                                                qm_access_t *kind) {
-  qm_buf_t d;
-  d.n = 0;
-  *large = qm__large_describe(a, kind, NULL, &d);
-  if (!*large && !qm__small_describe(a, kind, &d))
+/* The first line of a SIGSEGV explanation, from the one description of
+ * addresses; false where the fault is none of qmalloc's guards (plain
+ * memory: the program's own protection, or no memory of qmalloc's). */
+static __attribute__((noinline)) bool segv_line(uintptr_t a, const void *ctx, qm_place_t *pl) {
+  if (!qm__describe(a, pl) || pl->plain)
     return false;
   const char *rw = "";
 #if defined(__x86_64__)
@@ -91,27 +48,7 @@ static __attribute__((noinline)) bool segv_line(uintptr_t a, const void *ctx, bo
 #else
   (void)ctx;
 #endif
-  qm_buf_t b;
-  b.n = 0;
-  if (*kind == QM_ACC_LIVE) {
-    qm_buf_str(&b, "qmalloc: SIGSEGV");
-    qm_buf_str(&b, rw);
-    qm_buf_str(&b, " at ");
-    qm_buf_hex(&b, a);
-    qm_buf_str(&b, " (");
-    qm_buf_mem(&b, d.s, d.n);
-    qm_buf_str(&b, "): inside a live chunk, not at a guard of qmalloc's\n");
-    qm__report_out(&b);
-    return true;
-  }
-  char w[96];
-  size_t n = 0;
-  const char *parts[3] = {qm__access_name(*kind), rw, " at"};
-  for (unsigned k = 0; k < 3; k++)
-    for (const char *c = parts[k]; *c && n < sizeof w - 1; c++)
-      w[n++] = *c;
-  w[n] = 0;
-  qm__report_line(w, (const void *)a, d.s, d.n);
+  qm__report_fault_line(a, pl, rw);
   return true;
 }
 
@@ -146,17 +83,16 @@ static void on_segv(int sig, siginfo_t *si, void *ctx) {
   /* print only: returning retries the access under the default action, so
    * the process dies of the SIGSEGV itself, as it would without qmalloc */
   uintptr_t a = (uintptr_t)si->si_addr;
-  bool large;
-  qm_access_t kind;
-  if (!segv_line(a, ctx, &large, &kind))
+  qm_place_t pl;
+  if (!segv_line(a, ctx, &pl))
     return; /* the retried access kills */
   uintptr_t pc[QM_STACK_MAX];
   unsigned k, n = segv_stack(ctx, pc, &k);
-  if (kind == QM_ACC_LIVE)
+  if (pl.access == QM_ACC_LIVE)
     return;
-  if (large)
+  if (pl.chunk && pl.kind == QM_CK_LARGE)
     qm__large_report_stacks((const void *)a);
-  qm__report_summary(qm__access_name(kind), pc + k, n - k);
+  qm__report_fault_summary(&pl, pc + k, n - k);
 }
 
 /* Installed only over the default disposition, one-shot: a program that

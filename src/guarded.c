@@ -362,43 +362,15 @@ static void describe_chunk(qm_buf_t *d, const gslot_t *s, uintptr_t user) {
   qm_buf_hex(d, user);
 }
 
-static _Noreturn QM_COLD void bad_free(const char *op, uintptr_t a, const gclass_t *c, uint32_t i,
-                                       bool in_data) {
-  qm_buf_t d;
-  d.n = 0;
-  if (!in_data || i >= FX(c).nslots) {
-    qm__report_fatal(op, (void *)a,
-                     "not allocated by qmalloc: guard page or unused part of the "
-                     "sampled small-chunk slots");
-  }
-  const gslot_t *s = &FX(c).slot[i];
-  uintptr_t user = slot_data(c, i) + s->lead;
-  if ((s->state == G_LIVE || s->state == G_QUAR) && a != user) {
-    qm_buf_offset(&d, a, user);
-    qm_buf_str(&d, " in ");
-    describe_chunk(&d, s, user);
-  } else if (s->state == G_QUAR) {
-    qm_buf_str(&d, "sampled small chunk, ");
-    qm_buf_dec(&d, s->size);
-    qm_buf_str(&d, " bytes");
-    if (op == qm__op_free)
-      qm__report_fatal_buf("double free of", (void *)a, &d);
-    qm_buf_str(&d, ", already freed");
-  } else {
-    qm_buf_str(&d, "sampled small-chunk slot, not allocated");
-  }
-  qm__report_fatal_buf(op, (void *)a, &d);
-}
-
 /* Checks that p is a live chunk's pointer and its slack intact (under
  * G.lock); unlocks and reports otherwise. */
-static gslot_t *live_locked(uintptr_t a, const char *op, gclass_t **cp, uint32_t *ip) {
+static gslot_t *live_locked(uintptr_t a, qm_op_t op, gclass_t **cp, uint32_t *ip) {
   bool in_data = locate(a, cp, ip);
   gclass_t *c = *cp;
   uint32_t i = *ip;
   if (!in_data || FX(c).slot[i].state != G_LIVE || a != slot_data(c, i) + FX(c).slot[i].lead) {
     qm_unlock(&G.lock);
-    bad_free(op, a, c, i, in_data);
+    qm__report_bad_pointer(op, (void *)a);
   }
   gslot_t *s = &FX(c).slot[i];
   uintptr_t end = slot_data(c, i) + (FX(c).pages << qm__page_shift);
@@ -406,18 +378,12 @@ static gslot_t *live_locked(uintptr_t a, const char *op, gclass_t **cp, uint32_t
     if (*(unsigned char *)x == slack_byte(x))
       continue;
     qm_unlock(&G.lock);
-    qm_buf_t d;
-    d.n = 0;
-    qm_buf_str(&d, "sampled small chunk, ");
-    qm_buf_dec(&d, s->size);
-    qm_buf_str(&d, " bytes, written past the end at offset ");
-    qm_buf_dec(&d, x - a);
-    qm__report_fatal_buf("heap overflow past small chunk", (void *)a, &d);
+    qm__report_small_overflow((void *)a, QM_CK_SAMPLED, s->size, x - a, 0, 0);
   }
   return s;
 }
 
-void qm__guarded_free(void *p, const char *op) {
+void qm__guarded_free(void *p, qm_op_t op) {
   uintptr_t a = (uintptr_t)p;
   gclass_t *c;
   uint32_t i;
@@ -459,7 +425,7 @@ void qm__guarded_free(void *p, const char *op) {
   qm_unlock(&G.lock);
 }
 
-size_t qm__guarded_size(void *p, const char *op) {
+size_t qm__guarded_size(void *p, qm_op_t op) {
   gclass_t *c;
   uint32_t i;
   qm_lock(&G.lock);
@@ -484,7 +450,8 @@ size_t qm__guarded_object_size(uintptr_t a) {
 
 /* ---- describing addresses ---- */
 
-bool qm__guarded_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
+bool qm__guarded_describe(uintptr_t a, qm_place_t *pl) {
+  qm_buf_t *d = &pl->words;
   if (!qm_guarded_owns((void *)a) || atomic_load_explicit(&G.ready, memory_order_acquire) <= 0)
     return false;
   gclass_t *c;
@@ -493,7 +460,7 @@ bool qm__guarded_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
    * so at worst they are a moment old */
   bool in_data = locate(a, &c, &i);
   if (i == NONE32 || i >= FX(c).nslots || (!in_data && FX(c).slot[i].state == G_FRESH)) {
-    *what = i == NONE32 ? QM_ACC_UNDERFLOW : QM_ACC_WILD;
+    pl->access = i == NONE32 ? QM_ACC_UNDERFLOW : QM_ACC_WILD;
     qm_buf_str(d, i == NONE32 ? "guard page before the first sampled small-chunk slot"
                               : "unused part of the sampled small-chunk slots");
     return true;
@@ -501,25 +468,30 @@ bool qm__guarded_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
   const gslot_t *s = &FX(c).slot[i];
   uintptr_t user = slot_data(c, i) + s->lead, end = user + s->size;
   bool freed = s->state == G_QUAR;
+  if (freed || s->state == G_LIVE) {
+    pl->chunk = true;
+    pl->kind = QM_CK_SAMPLED;
+    pl->user = user;
+    pl->size = s->size;
+  }
   if (!in_data) {
     /* the guard after slot i: an overflow out of it */
-    *what = QM_ACC_OVERFLOW;
+    pl->access = QM_ACC_OVERFLOW;
     size_t past = a - end + 1;
     qm_buf_dec(d, past);
     qm_buf_str(d, past == 1 ? " byte past the end of " : " bytes past the end of ");
     if (freed)
       qm_buf_str(d, "freed ");
   } else if (freed) {
-    *what = QM_ACC_UAF;
+    pl->access = QM_ACC_UAF;
     qm_buf_offset(d, a, user);
     qm_buf_str(d, " in freed ");
   } else if (s->state == G_LIVE) {
-    *what = QM_ACC_LIVE;
-    qm_buf_str(d, "offset ");
-    qm_buf_dec(d, a > user ? a - user : 0);
+    pl->access = QM_ACC_LIVE;
+    qm_buf_offset(d, a, user);
     qm_buf_str(d, " in ");
   } else {
-    *what = QM_ACC_WILD;
+    pl->access = QM_ACC_WILD;
     qm_buf_str(d, "sampled small-chunk slot not in use");
     return true;
   }

@@ -43,13 +43,13 @@ bool qm__sample_due(void);
  * ordinary way. */
 void *qm__guarded_alloc(size_t n, size_t align);
 /* Frees a pointer qm_guarded_owns(); reports a bad one as op. */
-void qm__guarded_free(void *p, const char *op);
+void qm__guarded_free(void *p, qm_op_t op);
 /* The requested size of a live guarded chunk; reports as op otherwise. */
-size_t qm__guarded_size(void *p, const char *op);
+size_t qm__guarded_size(void *p, qm_op_t op);
 /* Bytes from a to the end of the live chunk holding it; 0 elsewhere. */
 size_t qm__guarded_object_size(uintptr_t a);
-/* For the SIGSEGV report and qm_describe; lock-free, allocation-free. */
-bool qm__guarded_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d);
+/* The sampled slots' side of qm__describe(); lock-free, allocation-free. */
+bool qm__guarded_describe(uintptr_t a, qm_place_t *pl);
 void qm__guarded_stats(qm_stats_t *s);
 /* Of a mapping budget of `total` VMAs, how many the guarded slots keep for
  * themselves (the secondary takes its budget from the rest). */

@@ -83,40 +83,16 @@ bool qm__boot_owns(const void *p) {
 }
 
 /* The live chunk at p, as its entry; reports anything else as `op`. */
-static uint32_t boot_entry(const void *p, const char *op) {
+static uint32_t boot_entry(const void *p, qm_op_t op) {
   size_t off = (uintptr_t)p - qm__boot_base;
   uint32_t e = off % 16 ? 0 : __atomic_load_n(&boot_chunk[off / 16], __ATOMIC_ACQUIRE);
-  qm_buf_t d;
-  d.n = 0;
-  if (e && !(e & BOOT_FREED))
-    return e;
-  if (e) {
-    bool is_free = op == qm__op_free;
-    qm_buf_str(&d, "start-up chunk, ");
-    qm_buf_dec(&d, (e & ~BOOT_FREED) - 1);
-    qm_buf_str(&d, is_free ? " bytes" : " bytes, already freed");
-    qm__report_fatal_buf(is_free ? "double free of" : op, p, &d);
-  }
-  /* inside a chunk, or past the last one */
-  size_t g = off / 16;
-  while (g && !boot_chunk[g])
-    g--;
-  e = boot_chunk[g];
-  size_t n = e ? (e & ~BOOT_FREED) - 1 : 0;
-  if (e && off < g * 16 + qm_align_up(n ? n : 1, 16)) {
-    qm_buf_str(&d, "offset ");
-    qm_buf_dec(&d, off - g * 16);
-    qm_buf_str(&d, e & BOOT_FREED ? " in freed start-up chunk of " : " in start-up chunk of ");
-    qm_buf_dec(&d, n);
-    qm_buf_str(&d, " bytes at ");
-    qm_buf_hex(&d, qm__boot_base + g * 16);
-  } else {
-    qm_buf_str(&d, "no chunk of qmalloc's start-up arena");
-  }
-  qm__report_fatal_buf(op, p, &d);
+  if (!e || (e & BOOT_FREED))
+    qm__report_bad_pointer(op, p);
+  return e;
 }
 
-bool qm__boot_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
+bool qm__boot_describe(uintptr_t a, qm_place_t *pl) {
+  qm_buf_t *d = &pl->words;
   if (!qm__boot_owns((const void *)a))
     return false;
   size_t off = a - qm__boot_base, g = off / 16;
@@ -125,11 +101,16 @@ bool qm__boot_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
   uint32_t e = __atomic_load_n(&boot_chunk[g], __ATOMIC_ACQUIRE);
   size_t n = e ? (e & ~BOOT_FREED) - 1 : 0;
   if (!e || off >= g * 16 + qm_align_up(n ? n : 1, 16)) {
-    *what = QM_ACC_WILD;
+    pl->access = QM_ACC_WILD;
+    pl->plain = true;
     qm_buf_str(d, "unused part of qmalloc's start-up arena");
     return true;
   }
-  *what = e & BOOT_FREED ? QM_ACC_UAF : QM_ACC_LIVE;
+  pl->access = e & BOOT_FREED ? QM_ACC_UAF : QM_ACC_LIVE;
+  pl->chunk = pl->plain = true;
+  pl->kind = QM_CK_BOOT;
+  pl->user = qm__boot_base + g * 16;
+  pl->size = n;
   qm_buf_str(d, "offset ");
   qm_buf_dec(d, off - g * 16);
   qm_buf_str(d, e & BOOT_FREED ? " in freed start-up chunk of " : " in start-up chunk of ");
@@ -139,17 +120,15 @@ bool qm__boot_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
   return true;
 }
 
-size_t qm__boot_size(const void *p, const char *op) {
-  return (boot_entry(p, op) & ~BOOT_FREED) - 1;
-}
+size_t qm__boot_size(const void *p, qm_op_t op) { return (boot_entry(p, op) & ~BOOT_FREED) - 1; }
 
 void qm__boot_free(void *p) {
   size_t off = (uintptr_t)p - qm__boot_base;
-  uint32_t e = boot_entry(p, qm__op_free);
+  uint32_t e = boot_entry(p, QM_OP_FREE);
   /* two threads freeing one chunk at once: one of them sees it freed */
   if (!__atomic_compare_exchange_n(&boot_chunk[off / 16], &e, e | BOOT_FREED, false,
                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-    (void)boot_entry(p, qm__op_free);
+    (void)boot_entry(p, QM_OP_FREE);
 }
 
 static void fork_prepare(void) {

@@ -36,9 +36,9 @@ void *qm__boot_alloc(size_t n);
 bool qm__boot_owns(const void *p);
 /* Whether a is on one of the arena's guard pages (for the SIGSEGV report). */
 bool qm__boot_on_guard(uintptr_t a);
-size_t qm__boot_size(const void *p, const char *op);
+size_t qm__boot_size(const void *p, qm_op_t op);
 /* qm_describe()'s words for an address in the start-up arena. */
-bool qm__boot_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d);
+bool qm__boot_describe(uintptr_t a, qm_place_t *pl);
 void qm__boot_free(void *p);
 
 #endif

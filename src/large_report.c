@@ -1,6 +1,6 @@
-/* large_report.c: what a report says about an address in a large chunk's
- * mapping: the kind of error and where (qm__large_describe), then the
- * stacks that freed and allocated the chunk. Lock-free and allocation-free,
+/* large_report.c: what lies at an address in a large chunk's mapping (the
+ * large side of qm__describe), and the stacks that freed and allocated the
+ * chunk, which follow every report about it. Lock-free and allocation-free,
  * for the SIGSEGV handler: the record is found through the address index
  * (qm__rec_find); records and stack entries never move, and are
  * read racily (counts clamped).
@@ -11,7 +11,8 @@
 #include "large.h"
 #include "report.h"
 
-bool qm__large_describe(uintptr_t a, qm_access_t *what, uintptr_t *user, qm_buf_t *d) {
+bool qm__large_describe(uintptr_t a, qm_place_t *pl) {
+  qm_buf_t *d = &pl->words;
   if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !LF.blk)
     return false;
   uint32_t i = qm__rec_find(a);
@@ -20,32 +21,34 @@ bool qm__large_describe(uintptr_t a, qm_access_t *what, uintptr_t *user, qm_buf_
     /* a racy read of the record: the fault came from an access to it, so
      * at worst the words are those of a moment earlier */
     uintptr_t u = user_of(b);
-    if (user)
-      *user = u;
+    pl->chunk = true;
+    pl->kind = QM_CK_LARGE;
+    pl->user = u;
+    pl->size = b->size;
     bool freed =
         b->state == B_QUAR || b->state == B_DEAD || (b->state == B_BUSY && (b->flags & F_FREED));
     if (freed && a >= b->usable && a < u) {
       /* the chunk's memory before its last user pointer: a THP chunk's
        * lead, which an earlier use of the chunk may have started in */
-      *what = QM_ACC_UAF;
+      pl->access = QM_ACC_UAF;
       qm_buf_dec(d, u - a);
       qm_buf_str(d, u - a == 1 ? " byte before freed " : " bytes before freed ");
     } else if (a < u) {
-      *what = QM_ACC_UNDERFLOW;
+      pl->access = QM_ACC_UNDERFLOW;
       qm_buf_dec(d, u - a);
       qm_buf_str(d, u - a == 1 ? " byte before " : " bytes before ");
     } else if (freed) {
-      *what = QM_ACC_UAF;
+      pl->access = QM_ACC_UAF;
       qm_buf_str(d, "offset ");
       qm_buf_dec(d, a - u);
       qm_buf_str(d, " in freed ");
     } else if (a - u >= b->size) {
-      *what = QM_ACC_OVERFLOW;
+      pl->access = QM_ACC_OVERFLOW;
       size_t past = a - u - b->size + 1;
       qm_buf_dec(d, past);
       qm_buf_str(d, past == 1 ? " byte past the end of " : " bytes past the end of ");
     } else {
-      *what = QM_ACC_LIVE;
+      pl->access = QM_ACC_LIVE;
       qm_buf_str(d, "offset ");
       qm_buf_dec(d, a - u);
       qm_buf_str(d, " in ");
@@ -62,7 +65,7 @@ bool qm__large_describe(uintptr_t a, qm_access_t *what, uintptr_t *user, qm_buf_
   bool ever;
   if (!qm__belt_holds(a, &ever))
     return false;
-  *what = ever ? QM_ACC_UAF : QM_ACC_WILD;
+  pl->access = ever ? QM_ACC_UAF : QM_ACC_WILD;
   qm_buf_str(d, ever ? "in a large chunk freed long ago, its record no longer kept"
                      : "in qmalloc's large-chunk reservation, never handed out");
   return true;

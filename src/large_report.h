@@ -10,15 +10,11 @@
 #include "fmt.h"
 #include "report.h"
 
-/* Describes addr if it is in a large chunk's mapping: *user gets the
- * chunk's user pointer (when user is not NULL), *what the kind of
- * access error ("use-after-free", "heap overflow", ...), details the rest.
- * Lock-free and allocation-free: called from the SIGSEGV handler. */
-bool qm__large_describe(uintptr_t addr, qm_access_t *what, uintptr_t *user, qm_buf_t *details);
-/* The lines that follow a report about the large chunk whose mapping holds
- * addr: the thread and stack that freed it and how long ago, the thread
- * and stack that allocated it. Lock-free and allocation-free, like
- * qm__large_describe. Nothing when addr is in no large chunk. */
-void qm__large_report_stacks(const void *addr);
+/* The large side of qm__describe(): addr in a large chunk's mapping.
+ * Lock-free and allocation-free: called from the SIGSEGV handler. (The
+ * stacks that follow a report, qm__large_report_stacks, are declared in
+ * report.h: the thread and stack that freed the chunk and how long ago, the
+ * thread and stack that allocated it.) */
+bool qm__large_describe(uintptr_t addr, qm_place_t *pl);
 
 #endif

@@ -1,7 +1,9 @@
-/* report.c: formats and writes every fatal error and warning. Fatal reports
- * end in abort() so that a core dump and the SIGABRT reach whoever watches
- * the process; a second fatal error while reporting aborts at once. The log
- * file is opened at the first line written, by the process writing it.
+/* report.c: the catalogue of fatal reports, one function per kind, and the
+ * one formatter they share (emit_head, emit_summary: the kind's words are
+ * facts, never read back from formatted text); warnings. Fatal reports end
+ * in abort() so that a core dump and the SIGABRT reach whoever watches the
+ * process; a second fatal error while reporting aborts at once. The log file
+ * is opened at the first line written, by the process writing it.
  */
 #include "report.h"
 
@@ -122,19 +124,60 @@ void qm__report_out(qm_buf_t *b) {
   qm_buf_flush(b, STDERR_FILENO);
 }
 
-static void emit_error(const char *what, const void *ptr, const char *details, size_t dlen) {
+/* ---- the one formatter ---- */
+
+/* A fatal report's facts, as the catalogue below fills them. */
+typedef struct head {
+  const char *kind[3]; /* the kind's words, concatenated: SUMMARY names them */
+  const char *mode;    /* after the kind on the first line only: " (write)" */
+  const char *join;    /* between the kind and the pointer: " of", " at", ":" */
+  const void *ptr;
+  const qm_buf_t *details; /* NULL: none */
+  bool large;              /* the kept stacks of the large chunk at ptr follow */
+} head_t;
+
+static void put_kind(qm_buf_t *b, const head_t *h) {
+  for (unsigned k = 0; k < 3; k++)
+    if (h->kind[k])
+      qm_buf_str(b, h->kind[k]);
+}
+
+/* "qmalloc: ERROR: <kind><mode><join> 0x<ptr> (<details>)": the pointer
+ * is left out only for a report with details and no pointer (a failed
+ * internal check). */
+static void emit_head(const head_t *h) {
   qm_buf_t b;
   b.n = 0;
   qm_buf_str(&b, "qmalloc: ERROR: ");
-  qm_buf_str(&b, what);
-  if (ptr || !details) {
+  put_kind(&b, h);
+  if (h->mode)
+    qm_buf_str(&b, h->mode);
+  if (h->join)
+    qm_buf_str(&b, h->join);
+  bool has_details = h->details && h->details->n;
+  if (h->ptr || !has_details) {
     qm_buf_str(&b, " ");
-    qm_buf_hex(&b, (uintptr_t)ptr);
+    qm_buf_hex(&b, (uintptr_t)h->ptr);
   }
-  if (details && dlen) {
+  if (has_details) {
     qm_buf_str(&b, " (");
-    qm_buf_mem(&b, details, dlen);
+    qm_buf_mem(&b, h->details->s, h->details->n);
     qm_buf_str(&b, ")");
+  }
+  qm_buf_str(&b, "\n");
+  qm__report_out(&b);
+}
+
+/* "SUMMARY: qmalloc: <kind> (module+0xOFF) symbol+0xN", the frame pc[0]:
+ * the last line of every error report. */
+static void emit_summary(const head_t *h, const uintptr_t *pc, unsigned n) {
+  qm_buf_t b;
+  b.n = 0;
+  qm_buf_str(&b, "SUMMARY: qmalloc: ");
+  put_kind(&b, h);
+  if (n) {
+    qm_buf_str(&b, " ");
+    qm__frame_where(&b, pc[0]);
   }
   qm_buf_str(&b, "\n");
   qm__report_out(&b);
@@ -167,34 +210,29 @@ void qm__report_call_stack(const char *heading, const uintptr_t *pc, unsigned n)
   qm__stack_print(pc, n < call_frames() ? n : call_frames());
 }
 
-void qm__report_summary(const char *kind, const uintptr_t *pc, unsigned n) {
-  qm_buf_t b;
-  b.n = 0;
-  qm_buf_str(&b, "SUMMARY: qmalloc: ");
-  /* the kind is the first line's words before the address ("double
-   * free of" -> "double free") */
-  size_t len = 0;
-  while (kind[len])
-    len++;
-  if (len > 3 && (!memcmp(kind + len - 3, " of", 3) || !memcmp(kind + len - 3, " at", 3)))
-    len -= 3;
-  else if (len > 1 && kind[len - 1] == ':')
-    len--;
-  qm_buf_mem(&b, kind, len);
-  if (n) {
-    qm_buf_str(&b, " ");
-    qm__frame_where(&b, pc[0]);
-  }
-  qm_buf_str(&b, "\n");
-  qm__report_out(&b);
-}
-
 static __attribute__((noinline)) void offending_call(offender_t *o) {
   o->n = qm__stack_capture(o->pc, QM_STACK_MAX);
   qm__report_call_stack("detected in a call", o->pc, o->n);
 }
 
-const char qm__op_free[] = "invalid free of";
+static _Noreturn void die(void) { abort(); }
+
+/* Every fatal report: its first line, the offending call's stack, the
+ * chunk's kept stacks, the SUMMARY line; then abort. A second fatal error
+ * while reporting aborts at once. */
+static _Noreturn void fatal(const head_t *h) {
+  if (atomic_exchange(&reporting, 1))
+    die();
+  emit_head(h);
+  offender_t o;
+  offending_call(&o);
+  if (h->large)
+    qm__large_report_stacks(h->ptr);
+  emit_summary(h, o.pc, o.n);
+  die();
+}
+
+/* ---- the catalogue ---- */
 
 const char *qm__access_name(qm_access_t k) {
   switch (k) {
@@ -214,46 +252,179 @@ const char *qm__access_name(qm_access_t k) {
   return "access";
 }
 
-static _Noreturn void die(void) { abort(); }
-
-/* The lines after the first: the offending call's stack, the chunk's kept
- * stacks (tail), the SUMMARY line; then abort. */
-static _Noreturn void finish(const char *what, const void *ptr, qm_report_tail_t tail) {
-  offender_t o;
-  offending_call(&o);
-  if (tail)
-    tail(ptr);
-  qm__report_summary(what, o.pc, o.n);
-  die();
+static const char *op_name(qm_op_t op) {
+  switch (op) {
+  case QM_OP_FREE:
+    return "invalid free";
+  case QM_OP_REALLOC:
+    return "realloc";
+  case QM_OP_USABLE_SIZE:
+    break;
+  }
+  return "malloc_usable_size";
 }
 
-void qm__report_line(const char *what, const void *ptr, const char *details, size_t dlen) {
-  emit_error(what, ptr, details, dlen);
+static const char *chunk_name(qm_chunk_kind_t k) {
+  switch (k) {
+  case QM_CK_SMALL:
+    return "small";
+  case QM_CK_SAMPLED:
+    return "sampled small";
+  case QM_CK_LARGE:
+    return "large";
+  case QM_CK_ZERO:
+    return "zero-size";
+  case QM_CK_BOOT:
+    break;
+  }
+  return "start-up";
 }
 
-_Noreturn void qm__report_fatal_tail(const char *what, const void *ptr, qm_buf_t *details,
-                                     qm_report_tail_t tail) {
-  if (atomic_exchange(&reporting, 1))
-    die();
-  emit_error(what, ptr, details->s, details->n);
-  finish(what, ptr, tail);
+/* "<kind> chunk, N bytes" (no size for a zero-size chunk) */
+static void put_chunk(qm_buf_t *d, qm_chunk_kind_t kind, size_t size) {
+  qm_buf_str(d, chunk_name(kind));
+  qm_buf_str(d, " chunk");
+  if (kind != QM_CK_ZERO) {
+    qm_buf_str(d, ", ");
+    qm_buf_dec(d, size);
+    qm_buf_str(d, " bytes");
+  }
 }
 
-_Noreturn void qm__report_fatal(const char *what, const void *ptr, const char *details) {
-  if (atomic_exchange(&reporting, 1))
-    die();
-  size_t len = 0;
-  while (details && details[len])
-    len++;
-  emit_error(what, ptr, details, len);
-  finish(what, ptr, NULL);
+static _Noreturn void op_report(qm_op_t op, const void *p, const qm_buf_t *d, bool large) {
+  head_t h = {.kind = {op_name(op)}, .join = " of", .ptr = p, .details = d, .large = large};
+  fatal(&h);
 }
 
-_Noreturn void qm__report_fatal_buf(const char *what, const void *ptr, qm_buf_t *details) {
-  if (atomic_exchange(&reporting, 1))
-    die();
-  emit_error(what, ptr, details->s, details->n);
-  finish(what, ptr, NULL);
+static _Noreturn void double_free(const void *p, const qm_buf_t *d, bool large) {
+  head_t h = {.kind = {"double free"}, .join = " of", .ptr = p, .details = d, .large = large};
+  fatal(&h);
+}
+
+_Noreturn void qm__report_freed(qm_op_t op, const void *p, qm_chunk_kind_t kind, size_t size) {
+  qm_buf_t d;
+  d.n = 0;
+  put_chunk(&d, kind, size);
+  if (op == QM_OP_FREE)
+    double_free(p, &d, kind == QM_CK_LARGE);
+  qm_buf_str(&d, ", already freed");
+  op_report(op, p, &d, kind == QM_CK_LARGE);
+}
+
+_Noreturn void qm__report_bad_pointer(qm_op_t op, const void *p) {
+  qm_place_t pl;
+  qm_buf_t d;
+  d.n = 0;
+  if (!qm__describe((uintptr_t)p, &pl)) {
+    qm_buf_str(&d, "not allocated by qmalloc");
+    op_report(op, p, &d, false);
+  }
+  /* a freed chunk's user pointer: a chunk being unmapped has left the
+   * large table already, and freeing its user pointer again is still a
+   * double free */
+  if (pl.chunk && pl.access == QM_ACC_UAF && pl.user == (uintptr_t)p)
+    qm__report_freed(op, p, pl.kind, pl.size);
+  /* no chunk there: not qmalloc's to free, unless a chunk was once (a
+   * large one whose record is no longer kept) */
+  if (!pl.chunk && pl.access != QM_ACC_UAF)
+    qm_buf_str(&d, "not allocated by qmalloc: ");
+  qm_buf_mem(&d, pl.words.s, pl.words.n);
+  op_report(op, p, &d, pl.chunk && pl.kind == QM_CK_LARGE);
+}
+
+_Noreturn void qm__report_refree(const void *p, size_t size, qm_refree_t how) {
+  qm_buf_t d;
+  d.n = 0;
+  if (how == QM_REFREE_HANDLER) {
+    qm_buf_str(&d, "freed again from a signal handler during its free");
+  } else {
+    put_chunk(&d, QM_CK_SMALL, size);
+    qm_buf_str(&d, ", freed twice on two threads");
+  }
+  double_free(p, &d, false);
+}
+
+_Noreturn void qm__report_small_overflow(const void *p, qm_chunk_kind_t kind, size_t size,
+                                         size_t at, int side, uintptr_t by) {
+  qm_buf_t d;
+  d.n = 0;
+  if (kind == QM_CK_SAMPLED) {
+    put_chunk(&d, kind, size);
+    qm_buf_str(&d, ", ");
+  } else {
+    qm_buf_dec(&d, size);
+    qm_buf_str(&d, " bytes, ");
+  }
+  qm_buf_str(&d, "written past the end at offset ");
+  qm_buf_dec(&d, at);
+  if (side) {
+    qm_buf_str(&d, ", found at the free of its ");
+    qm_buf_str(&d, side < 0 ? "previous" : "next");
+    qm_buf_str(&d, " neighbour ");
+    qm_buf_hex(&d, by);
+  }
+  head_t h = {.kind = {"heap overflow past small chunk"}, .ptr = p, .details = &d};
+  fatal(&h);
+}
+
+_Noreturn void qm__report_write_after_free(uintptr_t ch, size_t class_bytes, size_t at,
+                                           unsigned byte) {
+  qm_buf_t d;
+  d.n = 0;
+  qm_buf_str(&d, "class ");
+  qm_buf_dec(&d, class_bytes);
+  qm_buf_str(&d, " bytes, byte at offset ");
+  qm_buf_dec(&d, at);
+  qm_buf_str(&d, " is ");
+  qm_buf_hex(&d, byte);
+  qm_buf_str(&d, ", written while the chunk was free");
+  head_t h = {.kind = {"write after free of small chunk"}, .ptr = (const void *)ch, .details = &d};
+  fatal(&h);
+}
+
+_Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, bool sized,
+                                        size_t passed, bool aligned, size_t align,
+                                        qm_chunk_kind_t kind, size_t held) {
+  qm_buf_t d;
+  d.n = 0;
+  qm_buf_str(&d, "passed ");
+  if (sized) {
+    qm_buf_dec(&d, passed);
+    qm_buf_str(&d, aligned ? " bytes, " : " bytes");
+  }
+  if (aligned) {
+    qm_buf_str(&d, "alignment ");
+    qm_buf_dec(&d, align);
+  }
+  qm_buf_str(&d, ", ");
+  qm_buf_str(&d, chunk_name(kind));
+  qm_buf_str(&d, " chunk holds ");
+  qm_buf_dec(&d, held);
+  head_t h = {.kind = {"size mismatch in ", call},
+              .join = " of",
+              .ptr = ptr,
+              .details = &d,
+              .large = kind == QM_CK_LARGE};
+  fatal(&h);
+}
+
+_Noreturn void qm__report_bad_entry(size_t class_bytes, uintptr_t entry, const char *why) {
+  qm_buf_t d;
+  d.n = 0;
+  qm_buf_str(&d, why);
+  qm_buf_str(&d, ", class ");
+  qm_buf_dec(&d, class_bytes);
+  qm_buf_str(&d, " bytes");
+  head_t h = {.kind = {"corrupted free list: entry"}, .ptr = (const void *)entry, .details = &d};
+  fatal(&h);
+}
+
+_Noreturn void qm__report_send_failed(const void *p) {
+  qm_buf_t d;
+  d.n = 0;
+  qm_buf_str(&d, "no memory for a free sent to the owning thread");
+  head_t h = {.kind = {"free"}, .join = " of", .ptr = p, .details = &d};
+  fatal(&h);
 }
 
 _Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t len, int err) {
@@ -263,13 +434,8 @@ _Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t 
   qm_buf_dec(&d, len);
   qm_buf_str(&d, ", errno ");
   qm_buf_dec(&d, (uint64_t)err);
-  qm_buf_t w;
-  w.n = 0;
-  qm_buf_str(&w, "unexpected ");
-  qm_buf_str(&w, call);
-  qm_buf_str(&w, " failure at");
-  w.s[w.n < sizeof(w.s) ? w.n : sizeof(w.s) - 1] = 0;
-  qm__report_fatal_buf(w.s, addr, &d);
+  head_t h = {.kind = {"unexpected ", call, " failure"}, .join = " at", .ptr = addr, .details = &d};
+  fatal(&h);
 }
 
 _Noreturn void qm__check_failed(const char *file, int line, const char *what, uint64_t a,
@@ -285,10 +451,37 @@ _Noreturn void qm__check_failed(const char *file, int line, const char *what, ui
   qm_buf_dec(&d, a);
   qm_buf_str(&d, " and ");
   qm_buf_dec(&d, b);
-  if (atomic_exchange(&reporting, 1))
-    die();
-  emit_error("internal check failed:", NULL, d.s, d.n);
-  finish("internal check failed:", NULL, NULL);
+  head_t h = {.kind = {"internal check failed"}, .join = ":", .details = &d};
+  fatal(&h);
+}
+
+/* ---- the SIGSEGV explanation ---- */
+
+void qm__report_fault_line(uintptr_t a, const qm_place_t *pl, const char *rw) {
+  if (pl->access == QM_ACC_LIVE) {
+    qm_buf_t b;
+    b.n = 0;
+    qm_buf_str(&b, "qmalloc: SIGSEGV");
+    qm_buf_str(&b, rw);
+    qm_buf_str(&b, " at ");
+    qm_buf_hex(&b, a);
+    qm_buf_str(&b, " (");
+    qm_buf_mem(&b, pl->words.s, pl->words.n);
+    qm_buf_str(&b, "): inside a live chunk, not at a guard of qmalloc's\n");
+    qm__report_out(&b);
+    return;
+  }
+  head_t h = {.kind = {qm__access_name(pl->access)},
+              .mode = rw,
+              .join = " at",
+              .ptr = (const void *)a,
+              .details = &pl->words};
+  emit_head(&h);
+}
+
+void qm__report_fault_summary(const qm_place_t *pl, const uintptr_t *pc, unsigned n) {
+  head_t h = {.kind = {qm__access_name(pl->access)}};
+  emit_summary(&h, pc, n);
 }
 
 void qm__warn_buf(qm_buf_t *line) {
@@ -298,39 +491,4 @@ void qm__warn_buf(qm_buf_t *line) {
   qm_buf_mem(&b, line->s, line->n);
   qm_buf_str(&b, "\n");
   qm__report_out(&b);
-}
-
-_Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, bool sized,
-                                        size_t passed, bool aligned, size_t align, const char *kind,
-                                        size_t held, qm_report_tail_t tail) {
-  qm_buf_t d, w;
-  d.n = w.n = 0;
-  qm_buf_str(&d, "passed ");
-  if (sized) {
-    qm_buf_dec(&d, passed);
-    qm_buf_str(&d, aligned ? " bytes, " : " bytes");
-  }
-  if (aligned) {
-    qm_buf_str(&d, "alignment ");
-    qm_buf_dec(&d, align);
-  }
-  qm_buf_str(&d, ", ");
-  qm_buf_str(&d, kind);
-  qm_buf_str(&d, " chunk holds ");
-  qm_buf_dec(&d, held);
-  qm_buf_str(&w, "size mismatch in ");
-  qm_buf_str(&w, call);
-  qm_buf_str(&w, " of");
-  w.s[w.n < sizeof w.s ? w.n : sizeof w.s - 1] = 0;
-  qm__report_fatal_tail(w.s, ptr, &d, tail);
-}
-
-_Noreturn void qm__report_bad_entry(size_t class_bytes, uintptr_t entry, const char *why) {
-  qm_buf_t d;
-  d.n = 0;
-  qm_buf_str(&d, why);
-  qm_buf_str(&d, ", class ");
-  qm_buf_dec(&d, class_bytes);
-  qm_buf_str(&d, " bytes");
-  qm__report_fatal_buf("corrupted free list: entry", (const void *)entry, &d);
 }

@@ -1,10 +1,12 @@
-/* report.h: the one fatal path and the one warning path. Every error qmalloc
- * detects ends in qm__report_fatal(): one line on stderr in the format
- *   qmalloc: ERROR: <what> 0x<ptr> (<details>)
+/* report.h: the catalogue of reports and the one warning path. Every error
+ * qmalloc detects is reported by one function per kind, which takes its
+ * operation and facts and goes through one formatter (report.c): one line
+ *   qmalloc: ERROR: <kind> 0x<ptr> (<details>)
  * written with write(2), then the stack of the call that found it, the
- * chunk's kept stacks where there are any (a tail the caller prints), a
- * closing "SUMMARY: qmalloc: <kind> <frame>" line, and abort(). Everything qmalloc prints also
- * goes to the log file when option log_path names one. Nothing allocates.
+ * chunk's kept stacks where there are any, a closing
+ * "SUMMARY: qmalloc: <kind> <frame>" line, and abort(). Everything qmalloc
+ * prints also goes to the log file when option log_path names one. Nothing
+ * allocates. The formats are restated for tests in tests/report.re.
  */
 #ifndef QM_REPORT_H
 #define QM_REPORT_H
@@ -13,10 +15,9 @@
 #include "qm.h"
 
 /* What an access at an address hit, as the one description of addresses
- * gives it (qm__large_describe, qm__small_describe): the SIGSEGV report's
- * kind and qm_describe()'s first words. QM_ACC_LIVE is no error of
- * qmalloc's: inside a live chunk (a fault there is the program's own
- * protection). */
+ * (qm__describe) gives it: the SIGSEGV report's kind and qm_describe()'s
+ * first words. QM_ACC_LIVE is no error of qmalloc's: inside a live chunk
+ * (a fault there is the program's own protection). */
 typedef enum qm_access {
   QM_ACC_UAF,
   QM_ACC_OVERFLOW,
@@ -27,33 +28,106 @@ typedef enum qm_access {
 } qm_access_t;
 const char *qm__access_name(qm_access_t k);
 
-/* The operation of free(), "invalid free of": passed down as op and told
- * apart by its address, never by its text (a free of a freed chunk is then
- * reported as a double free). */
-extern QM_HIDDEN const char qm__op_free[];
+/* The kinds of chunk, as reports name them ("<kind> chunk"). */
+typedef enum qm_chunk_kind {
+  QM_CK_SMALL,
+  QM_CK_SAMPLED, /* a small chunk in a guarded slot of its own */
+  QM_CK_LARGE,
+  QM_CK_ZERO,
+  QM_CK_BOOT, /* the start-up arena's */
+} qm_chunk_kind_t;
 
-/* what: e.g. "double free of"; details: already formatted, may be NULL. */
-_Noreturn void qm__report_fatal(const char *what, const void *ptr, const char *details) QM_COLD;
+/* What lies at an address: filled by qm__describe() (describe.c) from the
+ * part of qmalloc that owns it, and read by the SIGSEGV report, the reports
+ * of bad pointers and qm_describe(). Decisions are taken on these fields,
+ * never on the words. */
+typedef struct qm_place {
+  qm_access_t access; /* what an access there hits */
+  bool chunk;         /* in or by a chunk: kind, user and size hold */
+  bool plain;         /* memory qmalloc never protects: a fault there is
+                       * none of its guards */
+  qm_chunk_kind_t kind;
+  uintptr_t user; /* the chunk's user pointer */
+  size_t size;    /* its requested bytes */
+  qm_buf_t words; /* "offset 8 in freed small chunk of 24 bytes ..." */
+} qm_place_t;
 
-/* The same, with details taken from a buffer the caller filled. */
-_Noreturn void qm__report_fatal_buf(const char *what, const void *ptr, qm_buf_t *details) QM_COLD;
+/* Describes address a (pl->words appended to, from empty): whether it lies
+ * in memory qmalloc manages, and what is there. Lock-free and
+ * allocation-free (called from the SIGSEGV handler); racy reads of the
+ * records at worst describe them a moment old. */
+bool qm__describe(uintptr_t a, qm_place_t *pl);
 
-/* More lines of a report after its first one: tail(ptr) prints them with
- * qm__report_out(), lock-free (it may run in a signal handler). */
-typedef void (*qm_report_tail_t)(const void *ptr);
-_Noreturn void qm__report_fatal_tail(const char *what, const void *ptr, qm_buf_t *details,
-                                     qm_report_tail_t tail) QM_COLD;
-/* The first line of a report that does not abort (the SIGSEGV explanation:
- * the process dies of the signal afterwards). */
-void qm__report_line(const char *what, const void *ptr, const char *details, size_t dlen) QM_COLD;
+/* The operation a pointer was passed to: the first words of a report on a
+ * pointer that is no live chunk's ("invalid free of", "realloc of"). */
+typedef enum qm_op {
+  QM_OP_FREE,
+  QM_OP_REALLOC,
+  QM_OP_USABLE_SIZE,
+} qm_op_t;
+
+/* ---- the catalogue: one function per kind of fatal report ----
+ * Each writes "qmalloc: ERROR: <kind> 0x<ptr> (<details>)", the stack of
+ * the call that found it, the kept stacks of a large chunk, the SUMMARY
+ * line naming <kind> and the call's first frame outside qmalloc, then
+ * aborts. */
+
+/* A pointer passed to op that is no live chunk's user pointer, described
+ * by qm__describe(): a freed chunk's (a double free for free, "already
+ * freed" otherwise), inside or by a chunk, or not qmalloc's at all. */
+_Noreturn void qm__report_bad_pointer(qm_op_t op, const void *p) QM_COLD;
+/* A freed chunk's user pointer passed to op: "double free of" for free,
+ * "<op> of ... already freed" otherwise. size: requested bytes (not
+ * printed for zero-size chunks). */
+_Noreturn void qm__report_freed(qm_op_t op, const void *p, qm_chunk_kind_t kind,
+                                size_t size) QM_COLD;
+/* How a second free of a small chunk was found, besides a free that finds
+ * it freed. */
+typedef enum qm_refree {
+  QM_REFREE_TWO_THREADS, /* applied by its owner after another thread's free */
+  QM_REFREE_HANDLER,     /* from a signal handler inside its own free */
+} qm_refree_t;
+_Noreturn void qm__report_refree(const void *p, size_t size, qm_refree_t how) QM_COLD;
+/* A small or sampled chunk of size bytes at p written past its end, the
+ * first byte changed at offset at; found at the free of its neighbour
+ * (side -1: the previous, +1: the next, at address by) or 0 at its own. */
+_Noreturn void qm__report_small_overflow(const void *p, qm_chunk_kind_t kind, size_t size,
+                                         size_t at, int side, uintptr_t by) QM_COLD;
+/* A free small chunk at ch (class class_bytes) zeroed at free, found
+ * holding byte at offset at when handed out again. */
+_Noreturn void qm__report_write_after_free(uintptr_t ch, size_t class_bytes, size_t at,
+                                           unsigned byte) QM_COLD;
+/* free_sized() (call names it) with a size or alignment the chunk (holding
+ * `held` requested bytes) was not allocated with; sized and aligned say
+ * which of passed and align were passed. */
+_Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, bool sized,
+                                        size_t passed, bool aligned, size_t align,
+                                        qm_chunk_kind_t kind, size_t held) QM_COLD;
+/* An entry of a small-chunk free list (of the class of class_bytes) that is
+ * not a free chunk of that class: "corrupted free list". */
+_Noreturn void qm__report_bad_entry(size_t class_bytes, uintptr_t entry, const char *why) QM_COLD;
+/* A free of p another thread owns that could not be sent for want of
+ * memory. */
+_Noreturn void qm__report_send_failed(const void *p) QM_COLD;
+/* A syscall failed with an errno qmalloc cannot handle (anything but
+ * ENOMEM where the caller can degrade): a bug or a hostile environment. */
+_Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t len,
+                                     int err) QM_COLD;
+
+/* The SIGSEGV explanation, which does not abort (the process dies of the
+ * signal afterwards): the first line for an access (rw: " (write)",
+ * " (read)" or "") at a, then qm__report_call_stack("accessed", ...), the
+ * kept stacks, and qm__report_fault_summary(). At a live chunk the line
+ * says what was hit without "ERROR", and nothing follows the stack. */
+void qm__report_fault_line(uintptr_t a, const qm_place_t *pl, const char *rw) QM_COLD;
+void qm__report_fault_summary(const qm_place_t *pl, const uintptr_t *pc, unsigned n) QM_COLD;
+/* The kept stacks of the large chunk whose mapping holds addr (the freeing
+ * and allocating threads), nothing elsewhere: lock-free (large_report.c). */
+void qm__large_report_stacks(const void *addr);
 
 /* "  <heading> by thread N here:" and up to stack_frames (16 when 0)
  * frames of pc: the stack of the call or access that found an error. */
 void qm__report_call_stack(const char *heading, const uintptr_t *pc, unsigned n) QM_COLD;
-/* "SUMMARY: qmalloc: <kind> (module+0xOFF) symbol+0xN", the frame pc[0]:
- * the last line of every error report. kind: the first line's words before
- * the address. */
-void qm__report_summary(const char *kind, const uintptr_t *pc, unsigned n) QM_COLD;
 
 /* Writes b to stderr and the log file, then empties it. */
 void qm__report_out(qm_buf_t *b);
@@ -62,22 +136,6 @@ void qm__report_out(qm_buf_t *b);
  * stays open), so that the next line opens log_path afresh. */
 void qm__report_log_forget(void);
 #endif
-
-/* A syscall failed with an errno qmalloc cannot handle (anything but
- * ENOMEM where the caller can degrade): a bug or a hostile environment. */
-_Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t len,
-                                     int err) QM_COLD;
-
-/* free_sized() (call names it) with a size or alignment the chunk (kind
- * "small" or "large", holding `held` requested bytes) was not allocated
- * with; sized and aligned say which of passed and align were passed. */
-_Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, bool sized,
-                                        size_t passed, bool aligned, size_t align, const char *kind,
-                                        size_t held, qm_report_tail_t tail) QM_COLD;
-
-/* An entry of a small-chunk free list (of the class of class_bytes) that is
- * not a free chunk of that class: "corrupted free list". */
-_Noreturn void qm__report_bad_entry(size_t class_bytes, uintptr_t entry, const char *why) QM_COLD;
 
 /* "qmalloc: WARNING: <line>" on stderr; never fatal. */
 void qm__warn_buf(qm_buf_t *line) QM_COLD;

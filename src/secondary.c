@@ -468,45 +468,19 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
 
 /* ---- free ---- */
 
-static void describe_block(qm_buf_t *d, const block_t *b, const char *state) {
-  qm_buf_str(d, state);
-  qm_buf_str(d, "large chunk, ");
-  qm_buf_dec(d, b->size);
-  qm_buf_str(d, " bytes");
-}
-
-static _Noreturn void report_bad_pointer(const char *what, void *p) {
-  qm_buf_t d;
-  d.n = 0;
-  qm_access_t kind;
-  uintptr_t user = 0;
-  if (qm__large_describe((uintptr_t)p, &kind, &user, &d)) {
-    /* a chunk being unmapped has left the table already: freeing its user
-     * pointer again is still a double free */
-    if (kind == QM_ACC_UAF && what == qm__op_free && (uintptr_t)p == user)
-      qm__report_fatal_tail("double free of", p, &d, qm__large_report_stacks);
-    qm__report_fatal_tail(what, p, &d, qm__large_report_stacks);
-  }
-  qm__report_fatal(what, p, "not allocated by qmalloc");
-}
-
 /* Looks up a pointer about to be freed or resized; reports anything that is
  * not a live chunk's user pointer. Returns with S.lock held. */
-static uint32_t find_live_locked(void *p, const char *what) {
+static uint32_t find_live_locked(void *p, qm_op_t op) {
   qm_lock(&S.lock);
   uint32_t i = qm__tab_find((uintptr_t)p);
   if (i == NIL) {
     qm_unlock(&S.lock);
-    report_bad_pointer(what, p);
+    qm__report_bad_pointer(op, p);
   }
   if (B(i)->state != B_LIVE) {
-    block_t copy = *B(i);
+    size_t size = B(i)->size;
     qm_unlock(&S.lock);
-    qm_buf_t d;
-    d.n = 0;
-    bool is_free = what == qm__op_free;
-    describe_block(&d, &copy, is_free ? "" : "freed ");
-    qm__report_fatal_tail(is_free ? "double free of" : what, p, &d, qm__large_report_stacks);
+    qm__report_freed(op, p, QM_CK_LARGE, size);
   }
   return i;
 }
@@ -557,10 +531,10 @@ static void retire_block(uint32_t i, bool unmap_now) {
 
 void qm__large_free(void *p) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
-    qm__report_fatal(qm__op_free, p, "not allocated by qmalloc");
+    qm__report_bad_pointer(QM_OP_FREE, p);
   trace_t t;
   qm__trace_capture(&t);
-  uint32_t i = find_live_locked(p, qm__op_free);
+  uint32_t i = find_live_locked(p, QM_OP_FREE);
   block_t *b = B(i);
   b->state = B_BUSY;
   b->flags |= F_FREED;
@@ -586,23 +560,23 @@ void qm__large_free(void *p) {
     qm__q_breach_warn();
 }
 
-size_t qm__large_usable(void *p, const char *op) {
+size_t qm__large_usable(void *p, qm_op_t op) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
-    qm__report_fatal(op, p, "not allocated by qmalloc");
+    qm__report_bad_pointer(op, p);
   uint32_t i = find_live_locked(p, op);
   size_t n = (B(i)->rw - B(i)->lead) << qm__page_shift;
   qm_unlock(&S.lock);
   return n;
 }
 
-size_t qm__large_size(void *p, const char *op) {
+size_t qm__large_size(void *p, qm_op_t op) {
   size_t align;
   return qm__large_held(p, op, &align);
 }
 
-size_t qm__large_held(void *p, const char *op, size_t *align) {
+size_t qm__large_held(void *p, qm_op_t op, size_t *align) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
-    qm__report_fatal(op, p, "not allocated by qmalloc");
+    qm__report_bad_pointer(op, p);
   uint32_t i = find_live_locked(p, op);
   size_t n = B(i)->size;
   *align = B(i)->ashift ? (size_t)1 << B(i)->ashift : QM_MIN_ALIGN;
@@ -739,7 +713,7 @@ void *qm__large_realloc(void *p, size_t size) {
     return fail_enomem();
   trace_t t;
   qm__trace_capture(&t);
-  uint32_t i = find_live_locked(p, "realloc of");
+  uint32_t i = find_live_locked(p, QM_OP_REALLOC);
   block_t *b = B(i);
   size_t need = b->lead + qm_pages(size); /* pages from usable, as rw counts them */
   if (need <= b->cap) {

@@ -22,14 +22,14 @@ void *qm__large_alloc(size_t size, size_t align, bool zero);
 /* Reports and aborts on a pointer that is not a live large chunk. */
 void qm__large_free(void *p);
 /* Bytes the program may write (whole pages); reports as op otherwise. */
-size_t qm__large_usable(void *p, const char *op);
+size_t qm__large_usable(void *p, qm_op_t op);
 /* size >= the large threshold. NULL with errno ENOMEM, p untouched. */
 void *qm__large_realloc(void *p, size_t size);
 /* The requested size of a live chunk; reports as op otherwise. */
-size_t qm__large_size(void *p, const char *op);
+size_t qm__large_size(void *p, qm_op_t op);
 /* The same, and the alignment it was requested with (QM_MIN_ALIGN for
  * malloc's and realloc's chunks). */
-size_t qm__large_held(void *p, const char *op, size_t *align);
+size_t qm__large_held(void *p, qm_op_t op, size_t *align);
 void qm__large_stats(qm_stats_t *s);
 /* The most mappings the secondary held at once (its estimate). */
 size_t qm__large_mappings_peak(void);

@@ -46,34 +46,57 @@ QM_INLINE uintptr_t chunk_of(uintptr_t a, uintptr_t off, unsigned *cls, uintptr_
   return a - r + *index * qm__class[c].size;
 }
 
-/* ---- describing addresses (qm_describe) ---- */
+/* ---- describing addresses (qm__describe) ---- */
 
-bool qm__small_chunk_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
+bool qm__small_describe(uintptr_t a, qm_place_t *pl) {
   uintptr_t off = a - qm__pbase, roff, index;
   if (off >= qm__pspan)
     return false;
   unsigned c;
   uintptr_t ch = chunk_of(a, off, &c, &roff, &index);
+  if (c == QM_ZCLASS)
+    return qm__zero_describe(a, pl);
   const qm_class_info_t *ci = &qm__class[c];
-  if (c == QM_ZCLASS || roff >= committed(c) || qm_slot_dead(ch - qm_region(c), ci->size))
-    return false;
-  /* a racy read of the entry: at worst a moment old */
+  qm_buf_t *d = &pl->words;
+  if (roff >= committed(c)) {
+    pl->access = QM_ACC_WILD;
+    qm_buf_str(d, "unused part of the small-chunk heap, class ");
+  } else if (qm_on_guard(roff)) {
+    pl->access = QM_ACC_GUARD;
+    qm_buf_str(d, "guard page between runs of small chunks of class ");
+  } else if (qm_slot_dead(ch - qm_region(c), ci->size)) {
+    pl->access = QM_ACC_WILD;
+    pl->plain = true;
+    qm_buf_str(d, "space by a guard page of the small-chunk heap, class ");
+  }
+  if (d->n) {
+    qm_buf_dec(d, ci->size);
+    qm_buf_str(d, " bytes");
+    return true;
+  }
+  /* a chunk: memory qmalloc never protects. A racy read of the entry: at
+   * worst a moment old */
+  pl->plain = true;
   uint64_t w = qm_entry_load(qm_entry_at(c, index));
   unsigned st = qm_e_state(w);
   uintptr_t user = ch + (st == QM_CHUNK_NONE ? 0 : qm_e_offset(w));
+  if (st != QM_CHUNK_NONE) {
+    pl->chunk = true;
+    pl->kind = QM_CK_SMALL;
+    pl->user = user;
+    pl->size = qm_e_size(w);
+  }
+  qm_buf_offset(d, a, user);
   if (st == QM_CHUNK_ALLOC) {
-    *what = QM_ACC_LIVE;
-    qm_buf_offset(d, a, user);
+    pl->access = QM_ACC_LIVE;
     qm_buf_str(d, " in small chunk of ");
     qm_buf_dec(d, qm_e_size(w));
     qm_buf_str(d, " bytes (class ");
   } else if (st == QM_CHUNK_NONE) {
-    *what = QM_ACC_WILD;
-    qm_buf_offset(d, a, user);
+    pl->access = QM_ACC_WILD;
     qm_buf_str(d, " in small chunk never allocated (class ");
   } else {
-    *what = QM_ACC_UAF;
-    qm_buf_offset(d, a, user);
+    pl->access = QM_ACC_UAF;
     qm_buf_str(d, " in freed small chunk of ");
     qm_buf_dec(d, qm_e_size(w));
     qm_buf_str(d, " bytes (class ");
@@ -86,59 +109,29 @@ bool qm__small_chunk_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
 
 /* ---- reports ---- */
 
-static _Noreturn QM_COLD void small_error(const char *op, void *p, uintptr_t ch, unsigned c,
+/* p, passed to op, failed qm__small_check: its own chunk's canary when p
+ * is a live chunk's pointer (an overflow), else what qm__describe says. */
+static _Noreturn QM_COLD void small_error(qm_op_t op, void *p, uintptr_t ch, unsigned c,
                                           uintptr_t roff, uintptr_t index) {
   uintptr_t a = (uintptr_t)p;
-  qm_buf_t d;
-  d.n = 0;
-  if (c == QM_ZCLASS)
-    qm__zero_error(op, p);
-  if (roff >= committed(c))
-    qm__report_fatal(op, p, "not allocated by qmalloc: unused part of the small-chunk heap");
   const qm_class_info_t *ci = &qm__class[c];
-  if (qm_slot_dead(ch - qm_region(c), ci->size))
-    qm__report_fatal(op, p,
-                     "not allocated by qmalloc: space by a guard page of the small-chunk heap");
-  uint64_t w = qm_entry_load(qm_entry_at(c, index));
-  uintptr_t user = ch + qm_e_offset(w);
-  if (a != user) {
-    qm_buf_offset(&d, a, user);
-    qm_buf_str(&d, " in small chunk of class ");
-    qm_buf_dec(&d, ci->size);
-    qm_buf_str(&d, " bytes at ");
-    qm_buf_hex(&d, user);
-  } else if (qm_e_state(w) == QM_CHUNK_FREE || qm_e_state(w) == QM_CHUNK_SENT) {
-    qm_buf_str(&d, "small chunk, ");
-    qm_buf_dec(&d, qm_e_size(w));
-    qm_buf_str(&d, " bytes");
-    if (op == qm__op_free)
-      qm__report_fatal_buf("double free of", p, &d);
-    qm_buf_str(&d, ", already freed");
-  } else if (qm_e_state(w) == QM_CHUNK_ALLOC) {
+  if (c != QM_ZCLASS && roff < committed(c) && !qm_slot_dead(ch - qm_region(c), ci->size)) {
+    uint64_t w = qm_entry_load(qm_entry_at(c, index));
     size_t n = qm_e_size(w);
-    uint64_t bad = qm_load8(a + n) ^ qm_canary(ch, qm_e_gen(w), c);
-    qm_buf_dec(&d, n);
-    qm_buf_str(&d, " bytes, written past the end at offset ");
-    qm_buf_dec(&d, n + (bad ? (size_t)__builtin_ctzll(bad) / 8 : 0));
-    qm__report_fatal_buf("heap overflow past small chunk", p, &d);
-  } else {
-    qm_buf_str(&d, "small chunk of class ");
-    qm_buf_dec(&d, ci->size);
-    qm_buf_str(&d, " bytes, not allocated");
+    if (qm_e_state(w) == QM_CHUNK_ALLOC && a == ch + qm_e_offset(w)) {
+      uint64_t bad = qm_load8(a + n) ^ qm_canary(ch, qm_e_gen(w), c);
+      qm__report_small_overflow(p, QM_CK_SMALL, n, n + (bad ? (size_t)__builtin_ctzll(bad) / 8 : 0),
+                                0, 0);
+    }
   }
-  qm__report_fatal_buf(op, p, &d);
+  qm__report_bad_pointer(op, p);
 }
 
 /* A second free of p found when the owner applied a free sent to it (or by
  * the sender of a free to an id with no thread): the chunk was freed, and
  * maybe handed out again, since the sender read its entry. */
 static _Noreturn QM_COLD void late_double_free(uintptr_t p, uint64_t w) {
-  qm_buf_t d;
-  d.n = 0;
-  qm_buf_str(&d, "small chunk, ");
-  qm_buf_dec(&d, qm_e_size(w));
-  qm_buf_str(&d, " bytes, freed twice on two threads");
-  qm__report_fatal_buf("double free of", (void *)p, &d);
+  qm__report_refree((void *)p, qm_e_size(w), QM_REFREE_TWO_THREADS);
 }
 
 _Noreturn void qm__small_bad_pop(uintptr_t ch, unsigned c) {
@@ -150,16 +143,7 @@ static _Noreturn QM_COLD void zero_error(uintptr_t ch, unsigned c, size_t at) {
   const unsigned char *q = (const unsigned char *)ch;
   while (!q[at])
     at++;
-  qm_buf_t d;
-  d.n = 0;
-  qm_buf_str(&d, "class ");
-  qm_buf_dec(&d, qm__class[c].size);
-  qm_buf_str(&d, " bytes, byte at offset ");
-  qm_buf_dec(&d, at);
-  qm_buf_str(&d, " is ");
-  qm_buf_hex(&d, q[at]);
-  qm_buf_str(&d, ", written while the chunk was free");
-  qm__report_fatal_buf("write after free of small chunk", (void *)ch, &d);
+  qm__report_write_after_free(ch, qm__class[c].size, at, q[at]);
 }
 
 /* Checked mode: a chunk zeroed at free must still be zero. 64 bytes per
@@ -204,22 +188,15 @@ static QM_COLD void check_neighbours(uintptr_t ch, unsigned c) {
     uint64_t bad = qm_load8(end) ^ qm_canary(n, qm_e_gen(w), c);
     if (!bad)
       continue;
-    qm_buf_t d;
-    d.n = 0;
-    qm_buf_dec(&d, qm_e_size(w));
-    qm_buf_str(&d, " bytes, written past the end at offset ");
-    qm_buf_dec(&d, qm_e_size(w) + (size_t)__builtin_ctzll(bad) / 8);
-    qm_buf_str(&d, ", found at the free of its ");
-    qm_buf_str(&d, i ? "previous" : "next");
-    qm_buf_str(&d, " neighbour ");
-    qm_buf_hex(&d, ch);
-    qm__report_fatal_buf("heap overflow past small chunk", (void *)user, &d);
+    /* ch is the next neighbour of the chunk before it (i == 0) */
+    qm__report_small_overflow((void *)user, QM_CK_SMALL, qm_e_size(w),
+                              qm_e_size(w) + (size_t)__builtin_ctzll(bad) / 8, i ? -1 : 1, ch);
   }
 }
 
 /* ---- validation and hand-out ---- */
 
-uintptr_t qm__small_check(const char *op, void *p, uintptr_t off, unsigned *cls, uint64_t **entry,
+uintptr_t qm__small_check(qm_op_t op, void *p, uintptr_t off, unsigned *cls, uint64_t **entry,
                           uint64_t *word) {
   uintptr_t a = (uintptr_t)p, roff, index;
   uintptr_t ch = chunk_of(a, off, cls, &roff, &index);
@@ -297,12 +274,7 @@ void qm__small_release(uintptr_t slot, unsigned c) {
 static _Noreturn QM_COLD void canary_error(uintptr_t p, uintptr_t at, uint64_t expect) {
   size_t n = at - p;
   uint64_t bad = qm_load8(at) ^ expect;
-  qm_buf_t d;
-  d.n = 0;
-  qm_buf_dec(&d, n);
-  qm_buf_str(&d, " bytes, written past the end at offset ");
-  qm_buf_dec(&d, n + (size_t)__builtin_ctzll(bad) / 8);
-  qm__report_fatal_buf("heap overflow past small chunk", (void *)p, &d);
+  qm__report_small_overflow((void *)p, QM_CK_SMALL, n, n + (size_t)__builtin_ctzll(bad) / 8, 0, 0);
 }
 
 void qm__small_pend_error(uintptr_t slot, uintptr_t at) {
@@ -597,9 +569,8 @@ static void send_free(uintptr_t p, uint64_t w) {
     b = NULL;
   }
   if (!b) {
-    if (!(b = msg_new())) {
-      qm__report_fatal("free of", (void *)p, "no memory for a free sent to the owning thread");
-    }
+    if (!(b = msg_new()))
+      qm__report_send_failed((void *)p);
     b->count = 0;
     b->owner = owner;
     outbox = b;
@@ -792,12 +763,8 @@ void qm__free_nested(void *p) {
   uintptr_t a = (uintptr_t)p, off = a - qm__pbase;
   if (!p)
     return;
-  if (a == qm__freeing) {
-    qm_buf_t d;
-    d.n = 0;
-    qm_buf_str(&d, "freed again from a signal handler during its free");
-    qm__report_fatal_buf("double free of", p, &d);
-  }
+  if (a == qm__freeing)
+    qm__report_refree(p, 0, QM_REFREE_HANDLER);
   /* a small chunk is checked now, lock-free; anything else (zero-size,
    * large, guarded) takes locks the interrupted free may hold: checked
    * when applied */
@@ -805,13 +772,13 @@ void qm__free_nested(void *p) {
   if (off < qm__pspan && (off >> qm__rshift) != QM_ZCLASS) {
     unsigned c;
     uint64_t *e, w;
-    qm__small_check(qm__op_free, p, off, &c, &e, &w);
+    qm__small_check(QM_OP_FREE, p, off, &c, &e, &w);
     /* SENT at once: a later free of p finds it and reports; a plain store
      * by the interrupted code over it is found at the refill, which expects
      * this very SENT entry of this generation */
     while (!__atomic_compare_exchange_n(e, &w, qm_e_sent(w), false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED))
-      qm__small_check(qm__op_free, p, off, &c, &e, &w); /* another free won: reports */
+      qm__small_check(QM_OP_FREE, p, off, &c, &e, &w); /* another free won: reports */
     m = qm_slot_make(a, qm_e_gen(w));
   }
   unsigned t = nested_tail;
@@ -826,7 +793,7 @@ void qm__free_nested(void *p) {
 
 void qm__small_free_slow(void *p, uintptr_t off) {
   if ((off >> qm__rshift) == QM_ZCLASS) {
-    qm__zero_free(p, qm__op_free);
+    qm__zero_free(p, QM_OP_FREE);
     qm_freeing_clear();
     return;
   }
@@ -836,7 +803,7 @@ void qm__small_free_slow(void *p, uintptr_t off) {
   uintptr_t ch = chunk_of(a, off, &c, &roff, &index);
   if (QM_UNLIKELY(c == QM_ZCLASS || roff >= committed(c) ||
                   qm_slot_dead(ch - qm_region(c), qm__class[c].size)))
-    small_error(qm__op_free, p, ch, c, roff, index);
+    small_error(QM_OP_FREE, p, ch, c, roff, index);
   e = qm_entry_at(c, index);
   w = qm_entry_load(e);
   unsigned owner = qm_e_owner(w), me = my_id();
@@ -855,7 +822,7 @@ void qm__small_free_slow(void *p, uintptr_t off) {
      * chunk reaches it. */
     for (;;) {
       if (QM_UNLIKELY(qm_e_state(w) != QM_CHUNK_ALLOC || a != ch + qm_e_offset(w)))
-        small_error(qm__op_free, p, ch, c, roff, index);
+        small_error(QM_OP_FREE, p, ch, c, roff, index);
       if (__atomic_compare_exchange_n(e, &w, qm_e_sent(w), false, __ATOMIC_RELAXED,
                                       __ATOMIC_RELAXED))
         break;
@@ -881,7 +848,7 @@ void qm__small_free_slow(void *p, uintptr_t off) {
     qm_freeing_clear();
     return;
   }
-  ch = qm__small_check(qm__op_free, p, off, &c, &e, &w);
+  ch = qm__small_check(QM_OP_FREE, p, off, &c, &e, &w);
   owner = qm_e_owner(w);
   if (owner && owner == me) {
     uint64_t fw = qm_e_freed(w);
@@ -891,13 +858,13 @@ void qm__small_free_slow(void *p, uintptr_t off) {
     uint64_t fw;
     while (!__atomic_compare_exchange_n(e, &w, fw = qm_e_freed(w), false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED))
-      ch = qm__small_check(qm__op_free, p, off, &c, &e, &w); /* another free won: reports */
+      ch = qm__small_check(QM_OP_FREE, p, off, &c, &e, &w); /* another free won: reports */
     qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
   } else {
     /* checked mode, or a thread with no id: checked at once */
     while (!__atomic_compare_exchange_n(e, &w, qm_e_sent(w), false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED))
-      qm__small_check(qm__op_free, p, off, &c, &e, &w);
+      qm__small_check(QM_OP_FREE, p, off, &c, &e, &w);
     if (qm_e_owner(w) == me && me) { /* it became this thread's meanwhile */
       uint64_t fw = qm_e_freed(w);
       qm_entry_store(e, fw);

@@ -191,7 +191,7 @@ void qm__small_release(uintptr_t slot, unsigned c);
 /* Validates small pointer p for op (realloc, usable size, sized free):
  * a live chunk, p its user pointer, its canary intact. Returns the chunk
  * and its entry, or reports. */
-uintptr_t qm__small_check(const char *op, void *p, uintptr_t off, unsigned *cls, uint64_t **entry,
+uintptr_t qm__small_check(qm_op_t op, void *p, uintptr_t off, unsigned *cls, uint64_t **entry,
                           uint64_t *word);
 /* Hands out the chunk of bin slot s of class c on malloc's slow path:
  * checks its entry is not ALLOC (and, in checked mode, that it is still
@@ -203,10 +203,11 @@ _Noreturn void qm__small_bad_pop(uintptr_t ch, unsigned c) QM_COLD;
  * (it owns it, or nobody does); false otherwise. */
 bool qm__small_resize(void *p, uintptr_t ch, unsigned c, uint64_t *e, uint64_t w, size_t n);
 
-/* qm_describe()'s words for addr in a class region's chunk: live, freed
- * or never allocated (the SIGSEGV report does not use it: RW memory that
- * faults is the program's own doing). Lock-free. */
-bool qm__small_chunk_describe(uintptr_t addr, qm_access_t *what, qm_buf_t *details);
+/* The small-chunk heap's side of qm__describe(): a chunk of a class region
+ * (live, freed or never allocated: plain memory, whose faults are the
+ * program's own doing), a guard, space by one, an unused part, or the
+ * zero-size region. Lock-free. */
+bool qm__small_describe(uintptr_t addr, qm_place_t *pl);
 
 /* Thread identity, for cache.c: a thread takes id (1..QM_MAX_OWNERS-1)
  * with its cache, applying what was sent to the id while nobody had it;

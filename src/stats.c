@@ -131,21 +131,16 @@ QM_EXPORT void qm_malloc_stats(void) {
 }
 
 QM_EXPORT int qm_describe(const void *addr, char *buf, size_t cap) {
-  qm_buf_t d;
-  d.n = 0;
-  qm_access_t what = QM_ACC_WILD;
-  bool ok = qm__large_describe((uintptr_t)addr, &what, NULL, &d) ||
-            qm__small_describe((uintptr_t)addr, &what, &d) ||
-            qm__small_chunk_describe((uintptr_t)addr, &what, &d) ||
-            qm__boot_describe((uintptr_t)addr, &what, &d);
+  qm_place_t pl;
+  bool ok = qm__describe((uintptr_t)addr, &pl);
   if (!cap)
     return ok;
   qm_buf_t out;
   out.n = 0;
   if (ok) {
-    qm_buf_str(&out, qm__access_name(what));
+    qm_buf_str(&out, qm__access_name(pl.access));
     qm_buf_str(&out, ": ");
-    qm_buf_mem(&out, d.s, d.n);
+    qm_buf_mem(&out, pl.words.s, pl.words.n);
   } else {
     qm_buf_str(&out, "not in memory qmalloc manages");
   }

@@ -132,21 +132,12 @@ static bool live_locked(size_t i) {
   return w && (*w >> (i % 64) & 1);
 }
 
-_Noreturn void qm__zero_error(const char *op, void *p) {
-  size_t i = slot_of(p);
-  if (i == SIZE_MAX)
-    qm__report_fatal(op, p, "not allocated by qmalloc: inside the zero-size region");
-  if (i < next && op == qm__op_free) /* a slot handed out before */
-    qm__report_fatal("double free of", p, "zero-size chunk");
-  qm__report_fatal(op, p, i < next ? "freed zero-size chunk" : "zero-size chunk never allocated");
-}
-
-void qm__zero_free(void *p, const char *op) {
+void qm__zero_free(void *p, qm_op_t op) {
   size_t i = slot_of(p);
   qm_lock(&lock);
   if (!live_locked(i)) {
     qm_unlock(&lock);
-    qm__zero_error(op, p);
+    qm__report_bad_pointer(op, p);
   }
   *word_of(i, false) &= ~((uint64_t)1 << (i % 64));
   if (ring_len == RING) { /* the oldest has waited long enough: loose */
@@ -170,19 +161,20 @@ size_t qm__zero_cap(size_t slots) {
 }
 #endif
 
-size_t qm__zero_check(const char *op, void *p) {
+size_t qm__zero_check(qm_op_t op, void *p) {
   size_t i = slot_of(p);
   qm_lock(&lock);
   bool live = live_locked(i);
   qm_unlock(&lock);
   if (!live)
-    qm__zero_error(op, p);
+    qm__report_bad_pointer(op, p);
   return 0;
 }
 
 /* Lock-free: called from the SIGSEGV handler; a racy answer only words the
  * report differently. */
-bool qm__zero_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
+bool qm__zero_describe(uintptr_t a, qm_place_t *pl) {
+  qm_buf_t *d = &pl->words;
   uintptr_t off = a - qm_region(QM_ZCLASS);
   size_t i = off / QM_MIN_ALIGN;
   uintptr_t base = qm_region(QM_ZCLASS) + i * QM_MIN_ALIGN;
@@ -190,18 +182,22 @@ bool qm__zero_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d) {
     return false;
   uint64_t *l = leaf[i / LEAF_BITS];
   bool live = l && (l[(i % LEAF_BITS) / 64] >> (i % 64) & 1);
+  pl->chunk = live || i < next; /* a slot handed out before */
+  pl->kind = QM_CK_ZERO;
+  pl->user = base;
+  pl->size = 0;
   if (live) {
-    *what = QM_ACC_OVERFLOW;
+    pl->access = QM_ACC_OVERFLOW;
     qm_buf_dec(d, a - base + 1);
     qm_buf_str(d, a == base ? " byte past the end of " : " bytes past the end of ");
     qm_buf_str(d, "zero-size chunk at ");
   } else if (i < next) {
-    *what = QM_ACC_UAF;
+    pl->access = QM_ACC_UAF;
     qm_buf_str(d, "offset ");
     qm_buf_dec(d, a - base);
     qm_buf_str(d, " in freed zero-size chunk at ");
   } else {
-    *what = QM_ACC_WILD;
+    pl->access = QM_ACC_WILD;
     qm_buf_str(d, "zero-size region, never allocated, at ");
   }
   qm_buf_hex(d, base);

@@ -17,12 +17,11 @@
  * the region's slots or the bitmap's memory run out. */
 void *qm__zero_alloc(void);
 /* Frees a live zero-size pointer; reports (as op) anything else. */
-void qm__zero_free(void *p, const char *op);
+void qm__zero_free(void *p, qm_op_t op);
 /* 0 if p is a live zero-size pointer; reports (as op) otherwise. */
-size_t qm__zero_check(const char *op, void *p);
-_Noreturn void qm__zero_error(const char *op, void *p) QM_COLD;
+size_t qm__zero_check(qm_op_t op, void *p);
 /* For the SIGSEGV report: what an access at a in the region hit. */
-bool qm__zero_describe(uintptr_t a, qm_access_t *what, qm_buf_t *d);
+bool qm__zero_describe(uintptr_t a, qm_place_t *pl);
 #ifdef QM_TEST_HOOKS
 /* Test hook: the region's slots are capped at slots (SIZE_MAX: none; never
  * below those the bump handed out); returns those. */

@@ -215,7 +215,7 @@ TEST(ApiDeathTest, FreeAlignedSizedChecksTheAlignmentItWasAllocatedWith) {
   const char *small = "^" QM_ERR "size mismatch in free_aligned_sized of " HEX
                       " \\(passed 4096 bytes, alignment %zu, small chunk holds 4096\\)\n" QM_END;
   for (size_t a : {64ul, 48ul, 0ul, 8192ul, 3ul}) {
-    char re[256];
+    char re[512];
     snprintf(re, sizeof re, small, a);
     EXPECT_DEATH(qm_free_aligned_sized(p, a, 4096), re) << a;
   }
@@ -223,7 +223,7 @@ TEST(ApiDeathTest, FreeAlignedSizedChecksTheAlignmentItWasAllocatedWith) {
   const char *large = "^" QM_ERR "size mismatch in free_aligned_sized of " HEX
                       " \\(passed 200000 bytes, alignment %zu, large chunk holds 200000\\)\n";
   for (size_t a : {64ul, 48ul, 0ul, 65536ul, 3ul}) {
-    char re[256];
+    char re[512];
     snprintf(re, sizeof re, large, a);
     EXPECT_DEATH(qm_free_aligned_sized(q, a, 200000), re) << a;
   }
@@ -235,7 +235,7 @@ TEST(ApiDeathTest, FreeAlignedSizedChecksTheAlignmentItWasAllocatedWith) {
   EXPECT_DEATH(qm_free_aligned_sized(s, 65536, 310000), "alignment 65536, large chunk holds");
   // a malloc(0) chunk was never over-aligned
   void *z = qm_malloc(0);
-  EXPECT_DEATH(qm_free_aligned_sized(z, 64, 0), "alignment 64, small chunk holds 0");
+  EXPECT_DEATH(qm_free_aligned_sized(z, 64, 0), "alignment 64, zero-size chunk holds 0");
   qm_free_aligned_sized(p, 4096, 4096);
   qm_free_aligned_sized(q, 4096, 200000);
   qm_free_sized(r, 200000);

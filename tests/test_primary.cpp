@@ -204,9 +204,9 @@ TEST(Primary, AFreeFromAHandlerInsideMallocLeavesTheBinAlone) {
 
 TEST(PrimaryDeathTest, InteriorPointerIsAnInvalidFree) {
   char *p = static_cast<char *>(qm_malloc(100));
-  EXPECT_DEATH(qm_free(p + 8),
-               "^" QM_ERR "invalid free of " HEX
-               " \\(offset 8 in small chunk of class 112 bytes at " HEX "\\)\n" QM_END);
+  EXPECT_DEATH(qm_free(p + 8), "^" QM_LINE_OF(QM_K_INVALID_FREE,
+                                              "offset 8 in small chunk of 100 bytes \\(class 112 "
+                                              "bytes\\) at " HEX) "\n" QM_END);
   qm_free(p);
 }
 

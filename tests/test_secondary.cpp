@@ -381,11 +381,11 @@ TEST(LargeDeathTest, ReallocOfAFreedChunkIsReported) {
   void *p = qm_malloc(128 * KiB);
   qm_free(p);
   EXPECT_DEATH(qm_realloc(p, 256 * KiB),
-               "^" QM_ERR "realloc of " HEX
-               " \\(freed large chunk, 131072 bytes\\)\n" QM_CALL QM_FREED);
+               "^" QM_LINE_OF(QM_K_REALLOC,
+                              "large chunk, 131072 bytes, already freed") "\n" QM_CALL QM_FREED);
   EXPECT_DEATH(qm_malloc_usable_size(p),
-               "^" QM_ERR "malloc_usable_size of " HEX
-               " \\(freed large chunk, 131072 bytes\\)\n" QM_CALL QM_FREED);
+               "^" QM_LINE_OF(QM_K_USABLE_SIZE,
+                              "large chunk, 131072 bytes, already freed") "\n" QM_CALL QM_FREED);
 }
 
 TEST(LargeDeathTest, InteriorPointerIsAnInvalidFree) {

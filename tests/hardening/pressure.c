@@ -19,6 +19,14 @@
 #include "qmalloc.h"
 
 static void *volatile sink;
+/* The cases that end in a report: exported (the programs are linked with
+ * -rdynamic) and never inlined, so that the report's SUMMARY line names
+ * each as the offending frame, which the suite checks. */
+#define REPORTED __attribute__((noinline, visibility("default")))
+REPORTED int mlock_uaf(void);
+REPORTED int huge_request(void);
+REPORTED int map_count(void);
+
 static void *opaque(void *p) {
   sink = p;
   return sink;
@@ -88,7 +96,7 @@ static int mlock_churn(void) {
 
 /* The quarantine's guarantee holds with locked pages: a freed large chunk
  * is inaccessible, after malloc_trim dropped its pages too. */
-static int mlock_uaf(void) {
+REPORTED int mlock_uaf(void) {
   lock_all();
   char *p = opaque(malloc(1 << 20));
   memset(p, 1, 1 << 20);
@@ -102,7 +110,7 @@ static int mlock_uaf(void) {
  * swap) fails with ENOMEM and leaves the quarantine alone: the window's
  * chunk stays inaccessible, and the next large chunk does not get its
  * range. It once emptied the whole quarantine on its way to ENOMEM. */
-static int huge_request(void) {
+REPORTED int huge_request(void) {
   char *p = opaque(malloc(1 << 20));
   memset(p, 1, 1 << 20);
   free(p);
@@ -152,7 +160,7 @@ static int fill_mappings(void) {
  * hardening=max fails it with ENOMEM, and the freed chunk still faults. On
  * the belt no chunk's mapping can go to make room: the request fails with
  * ENOMEM in both profiles, and the freed chunk still faults. */
-static int map_count(void) {
+REPORTED int map_count(void) {
   void (*get)(qm_stats_t *) = (void (*)(qm_stats_t *))dlsym(RTLD_DEFAULT, "qm_stats");
   char *p = opaque(malloc(1 << 20));
   if (!get || !p)

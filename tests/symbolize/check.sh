@@ -16,11 +16,17 @@ env "${envs[@]}" "$@" 2>"$dir/report" >/dev/null
 rc=$?
 fail() { echo "FAIL: $*" >&2; echo "--- report:" >&2; cat "$dir/report" >&2; [ -f "$dir/sym" ] && { echo "--- symbolized:" >&2; cat "$dir/sym" >&2; }; exit 1; }
 [ "$rc" -eq $((128 + 11)) ] || fail "expected SIGSEGV, got exit status $rc"
-grep -Eq '^qmalloc: ERROR: use-after-free \(write\) at 0x[0-9a-f]+ \(offset 16 in freed large chunk of 1048576 bytes at 0x[0-9a-f]+\)$' "$dir/report" || fail "no report line"
-for h in 'accessed by thread [0-9]+ here:' 'freed by thread [0-9]+, 0 large frees and [0-9]+ ms ago, here:' 'previously allocated by thread [0-9]+ here:'; do
-  grep -Eq "^  $h\$" "$dir/report" || fail "no '$h'"
+# the report's lines as the one definition of the format has them
+# shellcheck source=../report.re
+. "$(dirname "$0")/../report.re"
+first=${QM_LINE_AT//@KIND@/$QM_K_UAF}
+first=${first//@RW@/write}
+first=${first//@D@/offset 16 in freed large chunk of 1048576 bytes at $QM_HEX}
+grep -Eqx -- "$first" "$dir/report" || fail "no report line /$first/"
+for h in "$QM_ACCESS_HEAD" "$QM_FREED_HEAD" "$QM_PREV_ALLOC_HEAD"; do
+  grep -Eqx -- "$h" "$dir/report" || fail "no '$h'"
 done
-grep -Eq '^    #0 0x[0-9a-f]+ \(/.+\+0x[0-9a-f]+\)' "$dir/report" || fail "frames not as '#N 0xPC (module+0xOFF)'"
+grep -Eqx -- "$QM_FRAME" "$dir/report" || fail "frames not as /$QM_FRAME/"
 "$symbolize" "$dir/report" >"$dir/sym" || fail "symbolize failed"
 base=$(basename "$src")
 line() { grep -n "$1" "$src" | cut -d: -f1; }
