@@ -40,6 +40,11 @@ __attribute__((noinline, visibility("default"))) void bad_free_sized(void *p, si
   free_sized(p, n);
   asm volatile("" ::: "memory");
 }
+__attribute__((noinline, visibility("default"))) size_t bad_usable_size(void *p) {
+  size_t n = malloc_usable_size(p);
+  asm volatile("" ::: "memory");
+  return n;
+}
 __attribute__((noinline, visibility("default"))) void bad_write(volatile char *p) {
   *p = 1;
   asm volatile("" ::: "memory");
@@ -73,10 +78,11 @@ TEST(LinkedDeathTest, UseAfterFreeThroughPlainFree) {
   char *p = static_cast<char *>(malloc(256 << 10));
   char *volatile dangling = p;
   free(p);
-  EXPECT_EXIT(((volatile char *)dangling)[8] = 1, testing::KilledBySignal(SIGSEGV),
-              "^" QM_ERR "use-after-free \\(write\\) at " HEX
-              " \\(offset 8 in freed large chunk of 262144 bytes at " HEX
-              "\\)\n" QM_ACCESSED QM_FREED);
+  EXPECT_EXIT(
+      ((volatile char *)dangling)[8] = 1, testing::KilledBySignal(SIGSEGV),
+      "^" QM_LINE_AT(
+          QM_K_UAF, "write",
+          "offset 8 in freed large chunk of 262144 bytes at " HEX) "\n" QM_ACCESSED QM_FREED);
 }
 
 TEST(LinkedDeathTest, UseAfterDeleteOfALargeArray) {
@@ -94,7 +100,7 @@ TEST(LinkedDeathTest, DoubleFreeThroughPlainFree) {
   void *volatile dangling = p;
   free(p);
   EXPECT_DEATH(free(dangling),
-               "^" QM_ERR "double free of " HEX " \\(small chunk, 77777 bytes\\)\n" QM_END);
+               "^" QM_LINE_OF(QM_K_DOUBLE_FREE, "small chunk, 77777 bytes") "\n" QM_END);
 }
 
 // Every report of each kind ends in the stack of the call that found the
@@ -106,27 +112,35 @@ TEST(LinkedDeathTest, SummaryNamesTheOffendingCall) {
     SCOPED_TRACE(n);
     char *p = static_cast<char *>(malloc(n));
     char *volatile dangling = p;
-    EXPECT_DEATH(bad_free(p + 16), QM_CALL_THEN("invalid free", "bad_free"));
+    EXPECT_DEATH(bad_free(p + 16), QM_CALL_THEN(QM_K_INVALID_FREE, "bad_free"));
     EXPECT_DEATH(bad_free_sized(p, n + 1),
-                 QM_CALL_THEN("size mismatch in free_sized", "bad_free_sized"));
+                 QM_CALL_THEN(QM_K_SIZE_MISMATCH("free_sized"), "bad_free_sized"));
     if (n > 10000) { // the guard page after the chunk's last one, at the access
       EXPECT_EXIT(bad_write(dangling + n), testing::KilledBySignal(SIGSEGV),
-                  QM_ACCESS_THEN("heap overflow", "bad_write"));
+                  QM_ACCESS_THEN(QM_K_OVERFLOW, "bad_write"));
     }
     free(p);
-    EXPECT_DEATH(bad_free(dangling), QM_CALL_THEN("double free", "bad_free"));
-    EXPECT_DEATH(bad_realloc(dangling, 2 * n), QM_CALL_THEN("realloc", "bad_realloc"));
+    EXPECT_DEATH(bad_free(dangling), QM_CALL_THEN(QM_K_DOUBLE_FREE, "bad_free"));
+    EXPECT_DEATH(bad_realloc(dangling, 2 * n), QM_CALL_THEN(QM_K_REALLOC, "bad_realloc"));
+    std::string kind = n > 10000 ? "large" : "small";
+    // the first line's shape from report.re, its details filled in here
+    std::string first = "^" QM_LINE_OF(QM_K_USABLE_SIZE, "@D@") "\n";
+    first.replace(first.find("@D@"), 3,
+                  kind + " chunk, " + std::to_string(n) + " bytes, already freed");
+    EXPECT_DEATH(bad_usable_size(dangling),
+                 first + QM_CALL_THEN(QM_K_USABLE_SIZE, "bad_usable_size"));
     if (n > 10000) {
       EXPECT_EXIT(bad_write(dangling + 8), testing::KilledBySignal(SIGSEGV),
-                  QM_ACCESS_THEN("use-after-free", "bad_write"));
+                  QM_ACCESS_THEN(QM_K_UAF, "bad_write"));
     }
   }
   void *z = malloc(0);
   void *volatile zd = z;
   free(z);
-  EXPECT_DEATH(bad_free(zd), QM_CALL_THEN("double free", "bad_free"));
+  EXPECT_DEATH(bad_free(zd), QM_CALL_THEN(QM_K_DOUBLE_FREE, "bad_free"));
+  EXPECT_DEATH(bad_usable_size(zd), QM_CALL_THEN(QM_K_USABLE_SIZE, "bad_usable_size"));
   int local = 0;
-  EXPECT_DEATH(bad_free(&local), QM_CALL_THEN("invalid free", "bad_free"));
+  EXPECT_DEATH(bad_free(&local), QM_CALL_THEN(QM_K_INVALID_FREE, "bad_free"));
 }
 
 TEST(Linked, OperatorNewThrowsBadAllocWhenNothingFits) {
