@@ -3,6 +3,8 @@
 // thread exit handing caches back, and free pages going back to the kernel.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <csignal>
 
 #include <algorithm>
@@ -430,6 +432,29 @@ TEST(PrimaryDeathTest, AnOverflowIsCaughtAtAFreeOnAnotherThread) {
                " \\(40 bytes, written past the end at offset 42\\)\n" QM_END);
   for (void *q : others) // p stays allocated here: its canary is broken
     qm_free(q);
+}
+
+// The same on the main thread, which has no exit hook: its last frees of
+// other threads' chunks are checked when the program ends.
+TEST(PrimaryDeathTest, AnOverflowFreedOnTheMainThreadIsCaughtAtExit) {
+  EXPECT_DEATH(
+      {
+        qm_free(qm_malloc(8)); // this thread's id
+        std::atomic<unsigned char *> p{nullptr};
+        std::thread([&] { // its owner lives on: the free is sent, not adopted
+          p = static_cast<unsigned char *>(qm_malloc(40));
+          for (;;)
+            pause();
+        })
+            .detach();
+        while (!p)
+          std::this_thread::yield();
+        p[42] = 'x';
+        qm_free(p);
+        exit(0);
+      },
+      "^" QM_ERR "heap overflow past small chunk " HEX
+      " \\(40 bytes, written past the end at offset 42\\)\n" QM_END);
 }
 
 bool groups_apply() {
