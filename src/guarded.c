@@ -165,7 +165,7 @@ static bool setup(void) {
       qm__opt.guard_all ? qm__opt.guard_quarantine_mb << 20 : qm__opt.guard_quarantine_mb << 16;
   G.qbudget = qb >> qm__page_shift;
   /* base first: a reader that sees the span sees the base too */
-  GF.base = (uintptr_t)p;
+  __atomic_store_n(&GF.base, (uintptr_t)p, __ATOMIC_RELAXED);
   __atomic_store_n(&GF.span, (size_t)ncls << shift, __ATOMIC_RELEASE);
   qm__late_seal(qm__gfix);
   return true;

@@ -27,7 +27,9 @@
 QM_INLINE bool qm_guarded_owns(const void *p) {
   const qm_guarded_fixed_t *f = qm__gfix;
   size_t span = __atomic_load_n(&f->span, __ATOMIC_ACQUIRE);
-  return (uintptr_t)p - f->base < span;
+  /* base is read even while span is 0 (the answer is then false): an
+   * atomic read, as setup's write is, so that is no data race */
+  return (uintptr_t)p - __atomic_load_n(&f->base, __ATOMIC_RELAXED) < span;
 }
 
 /* The next value of the countdown, after it reached zero (0 is never
