@@ -27,4 +27,18 @@
 #define QM_ALLOCATED QM_ALLOC_HEAD "\n" QM_FRAMES QM_SUMMARY_END
 #define QM_FREED QM_FREED_HEAD "\n" QM_FRAMES QM_PREV_ALLOC_HEAD "\n" QM_FRAMES QM_SUMMARY_END
 
+#ifdef __cplusplus
+#include <string>
+// A template's placeholder filled in at run time, for the details a test
+// computes: qm_fill(QM_LINE_OF(QM_K_DOUBLE_FREE, "@D@"), "@D@", d). The
+// placeholder must be there: a template that lost it gives a regex that
+// matches nothing (text after the end), so the test fails, showing it.
+inline std::string qm_fill(std::string re, const char *placeholder, const std::string &with) {
+  size_t at = re.find(placeholder);
+  if (at == std::string::npos)
+    return re + "$no " + placeholder;
+  return re.replace(at, std::string(placeholder).size(), with);
+}
+#endif
+
 #endif

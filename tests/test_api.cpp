@@ -139,27 +139,31 @@ TEST(Api, FreeSizedAcceptsTheRightSize) {
 
 TEST(ApiDeathTest, FreeSizedWithTheWrongSizeIsReported) {
   void *p = qm_malloc(100);
-  EXPECT_DEATH(qm_free_sized(p, 4096), "^" QM_ERR "size mismatch in free_sized of " HEX
-                                       " \\(passed 4096 bytes, small chunk holds 100\\)\n" QM_END);
+  EXPECT_DEATH(qm_free_sized(p, 4096),
+               "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_sized"),
+                              "passed 4096 bytes, small chunk holds 100") "\n" QM_END);
   void *q = qm_malloc(200000);
-  EXPECT_DEATH(qm_free_sized(q, 100000),
-               "^" QM_ERR "size mismatch in free_sized of " HEX
-               " \\(passed 100000 bytes, large chunk holds 200000\\)\n" QM_CALL QM_ALLOCATED);
+  EXPECT_DEATH(
+      qm_free_sized(q, 100000),
+      "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_sized"),
+                     "passed 100000 bytes, large chunk holds 200000") "\n" QM_CALL QM_ALLOCATED);
 }
 
 // The exact requested size is known for every chunk: one byte off is wrong.
 TEST(ApiDeathTest, FreeSizedChecksTheExactSize) {
   void *p = qm_malloc(100);
-  EXPECT_DEATH(qm_free_sized(p, 99), "^" QM_ERR "size mismatch in free_sized of " HEX
-                                     " \\(passed 99 bytes, small chunk holds 100\\)\n" QM_END);
+  EXPECT_DEATH(qm_free_sized(p, 99),
+               "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_sized"),
+                              "passed 99 bytes, small chunk holds 100") "\n" QM_END);
   void *q = qm_malloc(200000);
-  EXPECT_DEATH(qm_free_sized(q, 200001),
-               "^" QM_ERR "size mismatch in free_sized of " HEX
-               " \\(passed 200001 bytes, large chunk holds 200000\\)\n" QM_CALL QM_ALLOCATED);
+  EXPECT_DEATH(
+      qm_free_sized(q, 200001),
+      "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_sized"),
+                     "passed 200001 bytes, large chunk holds 200000") "\n" QM_CALL QM_ALLOCATED);
   void *r = qm_aligned_alloc(64, 40);
   EXPECT_DEATH(qm_free_aligned_sized(r, 64, 48),
-               "^" QM_ERR "size mismatch in free_aligned_sized of " HEX
-               " \\(passed 48 bytes, alignment 64, small chunk holds 40\\)\n" QM_END);
+               "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_aligned_sized"),
+                              "passed 48 bytes, alignment 64, small chunk holds 40") "\n" QM_END);
   qm_free_sized(p, 100);
   qm_free_sized(q, 200000);
   qm_free_aligned_sized(r, 64, 40);
@@ -189,19 +193,22 @@ TEST(Api, FreeAlignedSizedAcceptsWhatWasAllocated) {
 // free_sized(p, SIZE_MAX) is a size like any other: it names no chunk.
 TEST(ApiDeathTest, FreeSizedOfSizeMaxIsReported) {
   void *p = qm_malloc(100);
-  EXPECT_DEATH(qm_free_sized(p, SIZE_MAX),
-               "^" QM_ERR "size mismatch in free_sized of " HEX
-               " \\(passed 18446744073709551615 bytes, small chunk holds 100\\)\n" QM_END);
+  EXPECT_DEATH(
+      qm_free_sized(p, SIZE_MAX),
+      "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_sized"),
+                     "passed 18446744073709551615 bytes, small chunk holds 100") "\n" QM_END);
   void *q = qm_malloc(200000);
   EXPECT_DEATH(
       qm_free_sized(q, SIZE_MAX),
-      "^" QM_ERR "size mismatch in free_sized of " HEX
-      " \\(passed 18446744073709551615 bytes, large chunk holds 200000\\)\n" QM_CALL QM_ALLOCATED);
+      "^" QM_LINE_OF(
+          QM_K_SIZE_MISMATCH("free_sized"),
+          "passed 18446744073709551615 bytes, large chunk holds 200000") "\n" QM_CALL QM_ALLOCATED);
   void *r = qm_aligned_alloc(64, 40);
   EXPECT_DEATH(
       qm_free_aligned_sized(r, 64, SIZE_MAX),
-      "^" QM_ERR "size mismatch in free_aligned_sized of " HEX
-      " \\(passed 18446744073709551615 bytes, alignment 64, small chunk holds 40\\)\n" QM_END);
+      "^" QM_LINE_OF(
+          QM_K_SIZE_MISMATCH("free_aligned_sized"),
+          "passed 18446744073709551615 bytes, alignment 64, small chunk holds 40") "\n" QM_END);
   qm_free_sized(p, 100);
   qm_free_sized(q, 200000);
   qm_free_aligned_sized(r, 64, 40);
@@ -212,16 +219,18 @@ TEST(ApiDeathTest, FreeSizedOfSizeMaxIsReported) {
 // not a power of two, are reported, small and large.
 TEST(ApiDeathTest, FreeAlignedSizedChecksTheAlignmentItWasAllocatedWith) {
   void *p = qm_aligned_alloc(4096, 4096);
-  const char *small = "^" QM_ERR "size mismatch in free_aligned_sized of " HEX
-                      " \\(passed 4096 bytes, alignment %zu, small chunk holds 4096\\)\n" QM_END;
+  const char *small =
+      "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_aligned_sized"),
+                     "passed 4096 bytes, alignment %zu, small chunk holds 4096") "\n" QM_END;
   for (size_t a : {64ul, 48ul, 0ul, 8192ul, 3ul}) {
     char re[512];
     snprintf(re, sizeof re, small, a);
     EXPECT_DEATH(qm_free_aligned_sized(p, a, 4096), re) << a;
   }
   void *q = qm_aligned_alloc(4096, 200000);
-  const char *large = "^" QM_ERR "size mismatch in free_aligned_sized of " HEX
-                      " \\(passed 200000 bytes, alignment %zu, large chunk holds 200000\\)\n";
+  const char *large =
+      "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_aligned_sized"),
+                     "passed 200000 bytes, alignment %zu, large chunk holds 200000") "\n";
   for (size_t a : {64ul, 48ul, 0ul, 65536ul, 3ul}) {
     char re[512];
     snprintf(re, sizeof re, large, a);
@@ -307,7 +316,7 @@ TEST(Api, MallocZeroReusesEverySlotOnceTheRegionIsFull) {
 TEST(ApiDeathTest, MallocZeroDoubleFreeIsReported) {
   void *a = qm_malloc(0);
   qm_free(a);
-  EXPECT_DEATH(qm_free(a), "^" QM_ERR "double free of " HEX " \\(zero-size chunk\\)\n" QM_END);
+  EXPECT_DEATH(qm_free(a), "^" QM_LINE_OF(QM_K_DOUBLE_FREE, "zero-size chunk") "\n" QM_END);
 }
 
 // A file qmalloc reads at start-up that is missing must not leave errno set

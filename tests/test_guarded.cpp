@@ -22,9 +22,12 @@ qm_stats_t stats() {
   return s;
 }
 
-std::string fault_regex(const char *what, const char *rw, const std::string &where, size_t n) {
-  return "^" QM_ERR + std::string(what) + " \\(" + rw + "\\) at " HEX " \\(" + where +
-         "sampled small chunk of " + std::to_string(n) + " bytes at " HEX "\\)\n" QM_FAULT_END;
+// kind: one of report.re's QM_K_*
+std::string fault_regex(const char *kind, const char *rw, const std::string &where, size_t n) {
+  std::string re = qm_fill("^" QM_LINE_AT("@K@", "@RW@", "@D@") "\n" QM_FAULT_END, "@K@", kind);
+  re = qm_fill(re, "@RW@", rw);
+  return qm_fill(re, "@D@",
+                 where + "sampled small chunk of " + std::to_string(n) + " bytes at " HEX);
 }
 
 // The checks both suites make; `suite` only names them.
@@ -47,7 +50,7 @@ void check_use_after_free(size_t n) {
   for (bool write : {false, true})
     for (int cycles : {0, 16})
       EXPECT_EXIT(use_after_free(n, cycles, write, n / 2), testing::KilledBySignal(SIGSEGV),
-                  fault_regex("use-after-free", write ? "write" : "read",
+                  fault_regex(QM_K_UAF, write ? "write" : "read",
                               "offset " + std::to_string(n / 2) + " in freed ", n))
           << "cycles " << cycles;
 }
@@ -57,18 +60,18 @@ void check_overflow(size_t n) {
   expect_guarded(p);
   if (n % 16 == 0) { // flush against the guard
     EXPECT_EXIT(poke(p, n), testing::KilledBySignal(SIGSEGV),
-                fault_regex("heap overflow", "write", "1 byte past the end of ", n));
+                fault_regex(QM_K_OVERFLOW, "write", "1 byte past the end of ", n));
   } else { // 16-aligned: the slack before the guard is checked at free
     EXPECT_DEATH(
         {
           poke(p, n);
           qm_free(p);
         },
-        "^" QM_ERR "heap overflow past small chunk " HEX " \\(sampled small chunk, " +
-            std::to_string(n) + " bytes, written past the end at offset " + std::to_string(n) +
-            "\\)\n" QM_END);
+        qm_fill("^" QM_LINE(QM_K_SMALL_OVERFLOW, "@D@") "\n" QM_END, "@D@",
+                "sampled small chunk, " + std::to_string(n) +
+                    " bytes, written past the end at offset " + std::to_string(n)));
     EXPECT_EXIT(poke(p, (n + 15) / 16 * 16), testing::KilledBySignal(SIGSEGV),
-                fault_regex("heap overflow", "write",
+                fault_regex(QM_K_OVERFLOW, "write",
                             std::to_string((n + 15) / 16 * 16 - n + 1) + " bytes past the end of ",
                             n));
   }
@@ -77,9 +80,9 @@ void check_overflow(size_t n) {
   ASSERT_EQ(qmt_options_apply("guard_align=0"), 0);
   p = static_cast<char *>(qm_malloc(n));
   EXPECT_EXIT(poke(p, n), testing::KilledBySignal(SIGSEGV),
-              fault_regex("heap overflow", "write", "1 byte past the end of ", n));
+              fault_regex(QM_K_OVERFLOW, "write", "1 byte past the end of ", n));
   EXPECT_EXIT((void)peek(p, n), testing::KilledBySignal(SIGSEGV),
-              fault_regex("heap overflow", "read", "1 byte past the end of ", n));
+              fault_regex(QM_K_OVERFLOW, "read", "1 byte past the end of ", n));
   qm_free(p);
 }
 
@@ -93,11 +96,11 @@ void check_realloc_moves(size_t n) {
   for (size_t i = 0; i < n; i++)
     ASSERT_EQ(q[i], static_cast<char>(i * 7)) << i;
   EXPECT_EXIT(poke(p, 0), testing::KilledBySignal(SIGSEGV),
-              fault_regex("use-after-free", "write", "offset 0 in freed ", n));
+              fault_regex(QM_K_UAF, "write", "offset 0 in freed ", n));
   char *r = static_cast<char *>(qm_realloc(q, n / 2 + 1));
   ASSERT_NE(r, q);
   EXPECT_EXIT((void)peek(q, 0), testing::KilledBySignal(SIGSEGV),
-              fault_regex("use-after-free", "read", "offset 0 in freed ", n + 1));
+              fault_regex(QM_K_UAF, "read", "offset 0 in freed ", n + 1));
   qm_free(r);
 }
 
@@ -111,20 +114,20 @@ void check_sizes_and_frees(size_t n) {
   ASSERT_EQ(qm_describe(p, buf, sizeof buf), 1);
   EXPECT_NE(std::string(buf).find("sampled small chunk of " + std::to_string(n)), std::string::npos)
       << buf;
-  EXPECT_DEATH(qm_free(p + 1), "^" QM_ERR "invalid free of " HEX " \\(offset 1 in sampled small "
-                               "chunk of " +
-                                   std::to_string(n) + " bytes at " HEX "\\)\n" QM_END);
+  EXPECT_DEATH(qm_free(p + 1), qm_fill("^" QM_LINE_OF(QM_K_INVALID_FREE, "@D@") "\n" QM_END, "@D@",
+                                       "offset 1 in sampled small chunk of " + std::to_string(n) +
+                                           " bytes at " HEX));
   EXPECT_DEATH(qm_free_sized(p, n + 1),
-               "^" QM_ERR "size mismatch in free_sized of " HEX " \\(passed " +
-                   std::to_string(n + 1) + " bytes, sampled small chunk holds " +
-                   std::to_string(n) + "\\)\n" QM_END);
+               qm_fill("^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_sized"), "@D@") "\n" QM_END, "@D@",
+                       "passed " + std::to_string(n + 1) + " bytes, sampled small chunk holds " +
+                           std::to_string(n)));
   qm_free_sized(p, n);
   EXPECT_EQ(qm_malloc_object_size(p), 0u);
-  EXPECT_DEATH(qm_free(p), "^" QM_ERR "double free of " HEX " \\(sampled small chunk, " +
-                               std::to_string(n) + " bytes\\)\n" QM_END);
+  EXPECT_DEATH(qm_free(p), qm_fill("^" QM_LINE_OF(QM_K_DOUBLE_FREE, "@D@") "\n" QM_END, "@D@",
+                                   "sampled small chunk, " + std::to_string(n) + " bytes"));
   EXPECT_DEATH(qm_malloc_usable_size(p),
-               "^" QM_ERR "malloc_usable_size of " HEX " \\(sampled small chunk, " +
-                   std::to_string(n) + " bytes, already freed\\)\n" QM_END);
+               qm_fill("^" QM_LINE_OF(QM_K_USABLE_SIZE, "@D@") "\n" QM_END, "@D@",
+                       "sampled small chunk, " + std::to_string(n) + " bytes, already freed"));
   // calloc is zero even in a reused slot
   for (int i = 0; i < 64; i++) {
     char *q = static_cast<char *>(qm_malloc(n));

@@ -153,18 +153,16 @@ TEST(PrimaryDeathTest, AnOverflowIntoAClassGuardPageFaults) {
   ASSERT_NE(p, UINTPTR_MAX);
   uintptr_t guard = base + ((p - base) | ((1u << 20) - 1)) + 1 - qmt_page();
   ASSERT_LT(guard, qmt_committed_end(qmt_class_of(240)));
-  std::string re = "^" QM_ERR "heap overflow or underflow \\(write\\) at " HEX
-                   " \\(guard page between runs of small chunks of class " +
-                   std::to_string(qmt_class_chunk_size(qmt_class_of(240))) +
-                   " bytes\\)\n" QM_FAULT_END;
+  std::string re = qm_fill("^" QM_LINE_AT(QM_K_GUARD, "write", "@D@") "\n" QM_FAULT_END, "@D@",
+                           "guard page between runs of small chunks of class " +
+                               std::to_string(qmt_class_chunk_size(qmt_class_of(240))) + " bytes");
   EXPECT_EXIT(poke(reinterpret_cast<void *>(guard), 100), testing::KilledBySignal(SIGSEGV), re);
 }
 
 TEST(PrimaryDeathTest, DoubleFreeIsReported) {
   void *p = qm_malloc(48);
   qm_free(p);
-  EXPECT_DEATH(qm_free(p),
-               "^" QM_ERR "double free of " HEX " \\(small chunk, 48 bytes\\)\n" QM_END);
+  EXPECT_DEATH(qm_free(p), "^" QM_LINE_OF(QM_K_DOUBLE_FREE, "small chunk, 48 bytes") "\n" QM_END);
 }
 
 // A signal handler's free(q) landing while the thread is inside free(p):
@@ -175,8 +173,7 @@ TEST(PrimaryDeathTest, AFreeFromAHandlerInsideAnotherFreeCountsAtOnce) {
   void *p = qm_malloc(48), *q = qm_malloc(48);
   qmt_free_interrupting(reinterpret_cast<uintptr_t>(p), q);
   EXPECT_EQ(qm_malloc_object_size(q), 0u);
-  EXPECT_DEATH(qm_free(q),
-               "^" QM_ERR "double free of " HEX " \\(small chunk, 48 bytes\\)\n" QM_END);
+  EXPECT_DEATH(qm_free(q), "^" QM_LINE_OF(QM_K_DOUBLE_FREE, "small chunk, 48 bytes") "\n" QM_END);
   qm_free(p);
 }
 
@@ -227,7 +224,7 @@ static void replay_then_free_twice() {
 }
 TEST(PrimaryDeathTest, ReplayBeforeAChunkForgesNoState) {
   EXPECT_DEATH(replay_then_free_twice(),
-               "^" QM_ERR "double free of " HEX " \\(small chunk, 64 bytes\\)\n" QM_END);
+               "^" QM_LINE_OF(QM_K_DOUBLE_FREE, "small chunk, 64 bytes") "\n" QM_END);
 }
 
 // chunks are carved in shuffled order, but a run's chunks sit next to each
@@ -258,15 +255,15 @@ TEST(PrimaryDeathTest, NeighbourOverflowIsCaughtAtFree) {
         qm_free(lo);
         qmt_flush_thread_cache(); // a free's canary check may wait 16 frees
       },
-      "^" QM_ERR "heap overflow past small chunk " HEX
-      " \\(3000 bytes, written past the end at offset 3000\\)\n" QM_END);
+      "^" QM_LINE(QM_K_SMALL_OVERFLOW,
+                  "3000 bytes, written past the end at offset 3000") "\n" QM_END);
 }
 
 TEST(PrimaryDeathTest, NeverAllocatedChunkIsAnInvalidFree) {
   char *p = static_cast<char *>(qm_malloc(32));
   // the chunk after the ones carved so far: in the heap, but never handed out
   char *q = p + 48 * 1000;
-  EXPECT_DEATH(qm_free(q), "^" QM_ERR "invalid free of " HEX " \\(");
+  EXPECT_DEATH(qm_free(q), "^" QM_LINE_OF(QM_K_INVALID_FREE, ".+"));
   qm_free(p);
 }
 
@@ -276,7 +273,7 @@ TEST(PrimaryDeathTest, PointerAtTheCommittedEndIsReportedNotFaulted) {
   void *p = qm_malloc(32);
   uintptr_t end = qmt_committed_end(qmt_class_of(32));
   for (uintptr_t bad : {end + 9, end + 16, end - 7}) {
-    EXPECT_DEATH(qm_free(reinterpret_cast<void *>(bad)), "^" QM_ERR "invalid free of " HEX);
+    EXPECT_DEATH(qm_free(reinterpret_cast<void *>(bad)), "^" QM_LINE_OF(QM_K_INVALID_FREE, ".+"));
   }
   qm_free(p);
 }
@@ -295,7 +292,7 @@ TEST(Primary, OverAlignedZeroSizeStaysInItsChunk) {
 TEST(PrimaryDeathTest, ForeignPointerIsAnInvalidFree) {
   static char not_heap[64];
   EXPECT_DEATH(qm_free(not_heap + 16),
-               "^" QM_ERR "invalid free of " HEX " \\(not allocated by qmalloc\\)\n" QM_END);
+               "^" QM_LINE_OF(QM_K_INVALID_FREE, "not allocated by qmalloc") "\n" QM_END);
 }
 
 TEST(Primary, AlignedSmallChunks) {
@@ -411,7 +408,7 @@ TEST(PrimaryDeathTest, ASecondFreeOnAnotherThreadIsReportedAtOnce) {
                  qm_free(p);
                  qm_free(p);
                }).join(),
-               "^" QM_ERR "double free of " HEX " \\(small chunk, 48 bytes\\)\n" QM_END);
+               "^" QM_LINE_OF(QM_K_DOUBLE_FREE, "small chunk, 48 bytes") "\n" QM_END);
 }
 
 // An overflow past a chunk another thread frees: its canary is checked
@@ -423,13 +420,13 @@ TEST(PrimaryDeathTest, AnOverflowIsCaughtAtAFreeOnAnotherThread) {
   for (int i = 0; i < 64; i++)
     others.push_back(qm_malloc(40));
   p[42] = 'x';
-  EXPECT_DEATH(std::thread([&] {
-                 qm_free(p);
-                 for (void *q : others)
-                   qm_free(q);
-               }).join(),
-               "^" QM_ERR "heap overflow past small chunk " HEX
-               " \\(40 bytes, written past the end at offset 42\\)\n" QM_END);
+  EXPECT_DEATH(
+      std::thread([&] {
+        qm_free(p);
+        for (void *q : others)
+          qm_free(q);
+      }).join(),
+      "^" QM_LINE(QM_K_SMALL_OVERFLOW, "40 bytes, written past the end at offset 42") "\n" QM_END);
   for (void *q : others) // p stays allocated here: its canary is broken
     qm_free(q);
 }
@@ -453,8 +450,7 @@ TEST(PrimaryDeathTest, AnOverflowFreedOnTheMainThreadIsCaughtAtExit) {
         qm_free(p);
         exit(0);
       },
-      "^" QM_ERR "heap overflow past small chunk " HEX
-      " \\(40 bytes, written past the end at offset 42\\)\n" QM_END);
+      "^" QM_LINE(QM_K_SMALL_OVERFLOW, "40 bytes, written past the end at offset 42") "\n" QM_END);
 }
 
 bool groups_apply() {

@@ -58,9 +58,11 @@ protected:
 };
 
 std::string uaf_regex(const char *rw, size_t off, size_t size) {
-  return "^" QM_ERR "use-after-free \\(" + std::string(rw) + "\\) at " HEX " \\(offset " +
-         std::to_string(off) + " in freed large chunk of " + std::to_string(size) +
-         " bytes at " HEX "\\)\n" QM_ACCESSED QM_FREED;
+  std::string re =
+      qm_fill("^" QM_LINE_AT(QM_K_UAF, "@RW@", "@D@") "\n" QM_ACCESSED QM_FREED, "@RW@", rw);
+  return qm_fill(re, "@D@",
+                 "offset " + std::to_string(off) + " in freed large chunk of " +
+                     std::to_string(size) + " bytes at " HEX);
 }
 
 class UseAfterFree : public testing::TestWithParam<std::tuple<size_t, int, bool>> {};
@@ -240,9 +242,10 @@ TEST_F(Large, HugeChunksEndFlushAtTheirLastHugePage) {
   size_t n = qm_malloc_usable_size(p);
   EXPECT_EQ(n, 3 * MiB + qmt_page());
   EXPECT_EQ((reinterpret_cast<uintptr_t>(p) + n) % (2 * MiB), 0u) << "ends at a huge page";
-  EXPECT_EXIT(poke(p, n), testing::KilledBySignal(SIGSEGV),
-              "^" QM_ERR "heap overflow \\(write\\) at " HEX
-              " \\(4092 bytes past the end of large chunk of 3145733 bytes at " HEX "\\)\n");
+  EXPECT_EXIT(
+      poke(p, n), testing::KilledBySignal(SIGSEGV),
+      "^" QM_LINE_AT(QM_K_OVERFLOW, "write",
+                     "4092 bytes past the end of large chunk of 3145733 bytes at " HEX) "\n");
   std::memset(p, 7, n);
   qm_free(p);
   char *q = static_cast<char *>(qm_malloc(2 * MiB + 100));
@@ -251,9 +254,9 @@ TEST_F(Large, HugeChunksEndFlushAtTheirLastHugePage) {
   EXPECT_EQ(q + m, p + n) << "the chunk just freed, reused from another offset";
   EXPECT_NE(q, p);
   std::memset(q, 1, m);
-  EXPECT_DEATH(qm_free(p), "^" QM_ERR "invalid free of " HEX
-                           " \\(1048576 bytes before large chunk of " +
-                               std::to_string(2 * MiB + 100));
+  EXPECT_DEATH(qm_free(p), qm_fill("^" QM_LINE_OF(QM_K_INVALID_FREE, "@D@"), "@D@",
+                                   "1048576 bytes before large chunk of " +
+                                       std::to_string(2 * MiB + 100) + " bytes at " HEX));
   qm_free(q);
 }
 
@@ -274,15 +277,16 @@ TEST_F(Large, ASmallerRequestOpensAHugeChunkInWholeHugePages) {
   EXPECT_EQ(m, 1600 * KiB);
   EXPECT_EQ(q + m, p + n) << "the chunk just freed, open for its whole huge page";
   EXPECT_EXIT(poke(q, m), testing::KilledBySignal(SIGSEGV),
-              "^" QM_ERR "heap overflow \\(write\\) at " HEX
-              " \\(1 byte past the end of large chunk of 1638400 bytes at " HEX "\\)\n");
+              "^" QM_LINE_AT(QM_K_OVERFLOW, "write",
+                             "1 byte past the end of large chunk of 1638400 bytes at " HEX) "\n");
   /* a pointer from the earlier use, now in the lead: once freed, the chunk
    * reports it as a use-after-free, not an underflow of the later use */
   std::memset(q, 1, m);
   qm_free(q);
-  EXPECT_EXIT(poke(p), testing::KilledBySignal(SIGSEGV),
-              "^" QM_ERR "use-after-free \\(write\\) at " HEX
-              " \\(458752 bytes before freed large chunk of 1638400 bytes at " HEX "\\)\n");
+  EXPECT_EXIT(
+      poke(p), testing::KilledBySignal(SIGSEGV),
+      "^" QM_LINE_AT(QM_K_UAF, "write",
+                     "458752 bytes before freed large chunk of 1638400 bytes at " HEX) "\n");
   char *s = static_cast<char *>(qm_malloc(512 * KiB)); /* 128 pages: 300% to spare */
   uintptr_t sa = reinterpret_cast<uintptr_t>(s), pa = reinterpret_cast<uintptr_t>(p);
   EXPECT_TRUE(sa + 512 * KiB <= pa || sa >= pa + n) << "not the 2 MiB chunk: too much waste";
@@ -356,25 +360,27 @@ TEST_F(Large, CallocOfAReusedChunkIsZeroed) {
 
 TEST(LargeDeathTest, WriteOneBytePastAPageMultipleFaults) {
   char *p = static_cast<char *>(qm_malloc(128 * KiB));
-  EXPECT_EXIT(poke(p, 128 * KiB), testing::KilledBySignal(SIGSEGV),
-              "^" QM_ERR "heap overflow \\(write\\) at " HEX
-              " \\(1 byte past the end of large chunk of 131072 bytes at " HEX
-              "\\)\n" QM_ACCESSED QM_ALLOCATED);
+  EXPECT_EXIT(
+      poke(p, 128 * KiB), testing::KilledBySignal(SIGSEGV),
+      "^" QM_LINE_AT(QM_K_OVERFLOW, "write",
+                     "1 byte past the end of large chunk of 131072 bytes at " HEX) "\n" QM_ACCESSED
+          QM_ALLOCATED);
 }
 
 TEST(LargeDeathTest, WriteJustBeforeTheStartFaults) {
   char *p = static_cast<char *>(qm_malloc(256 * KiB));
-  EXPECT_EXIT(poke(p - 1), testing::KilledBySignal(SIGSEGV),
-              "^" QM_ERR "heap underflow \\(write\\) at " HEX
-              " \\(1 byte before large chunk of 262144 bytes at " HEX
-              "\\)\n" QM_ACCESSED QM_ALLOCATED);
+  EXPECT_EXIT(
+      poke(p - 1), testing::KilledBySignal(SIGSEGV),
+      "^" QM_LINE_AT(
+          QM_K_UNDERFLOW, "write",
+          "1 byte before large chunk of 262144 bytes at " HEX) "\n" QM_ACCESSED QM_ALLOCATED);
 }
 
 TEST(LargeDeathTest, DoubleFreeIsReported) {
   void *p = qm_malloc(128 * KiB);
   qm_free(p);
-  EXPECT_DEATH(qm_free(p), "^" QM_ERR "double free of " HEX
-                           " \\(large chunk, 131072 bytes\\)\n" QM_CALL QM_FREED);
+  EXPECT_DEATH(qm_free(p),
+               "^" QM_LINE_OF(QM_K_DOUBLE_FREE, "large chunk, 131072 bytes") "\n" QM_CALL QM_FREED);
 }
 
 TEST(LargeDeathTest, ReallocOfAFreedChunkIsReported) {
@@ -390,9 +396,11 @@ TEST(LargeDeathTest, ReallocOfAFreedChunkIsReported) {
 
 TEST(LargeDeathTest, InteriorPointerIsAnInvalidFree) {
   char *p = static_cast<char *>(qm_malloc(MiB));
-  EXPECT_DEATH(qm_free(p + 4096), "^" QM_ERR "invalid free of " HEX
-                                  " \\(offset 4096 in large chunk of 1048576 bytes at " HEX
-                                  "\\)\n" QM_CALL QM_ALLOCATED);
+  EXPECT_DEATH(
+      qm_free(p + 4096),
+      "^" QM_LINE_OF(
+          QM_K_INVALID_FREE,
+          "offset 4096 in large chunk of 1048576 bytes at " HEX) "\n" QM_CALL QM_ALLOCATED);
   qm_free(p);
 }
 
@@ -401,7 +409,7 @@ TEST(LargeDeathTest, UnknownPointerIsAnInvalidFree) {
   qm_free(p);
   int local;
   EXPECT_DEATH(qm_free(&local),
-               "^" QM_ERR "invalid free of " HEX " \\(not allocated by qmalloc\\)\n" QM_END);
+               "^" QM_LINE_OF(QM_K_INVALID_FREE, "not allocated by qmalloc") "\n" QM_END);
 }
 
 TEST_F(Large, QuarantineKeepsToItsResidentBudget) {
@@ -495,7 +503,7 @@ TEST_F(Large, ReallocGrowsAndShrinksInPlace) {
     qmt_prot_of(q + 140 * KiB, prot);
     EXPECT_STREQ(prot, "---p") << "the shrunk tail is inaccessible again";
   }
-  EXPECT_EXIT(poke(q, 140 * KiB), testing::KilledBySignal(SIGSEGV), "heap overflow");
+  EXPECT_EXIT(poke(q, 140 * KiB), testing::KilledBySignal(SIGSEGV), QM_K_OVERFLOW);
   qm_free(q);
 }
 
@@ -1199,10 +1207,14 @@ void dangling_after(int frees, size_t size) {
 TEST(LargeDeathTest, ADanglingPointerFaultsPast1024FreesAnd4GiB) {
   if (!belt_on())
     GTEST_SKIP() << "no belt under this strategy";
-  EXPECT_EXIT(dangling_after(1100, 4 * MiB), testing::KilledBySignal(SIGSEGV),
-              "^" QM_ERR "use-after-free \\(write\\) at " HEX
-              " \\(offset 16 in freed large chunk of 1048576 bytes at " HEX "\\)\n" QM_ACCESSED
-              "  freed by thread [0-9]+, 1100 large frees and [0-9]+ ms ago, here:\n");
+  EXPECT_EXIT(
+      dangling_after(1100, 4 * MiB), testing::KilledBySignal(SIGSEGV),
+      "^" QM_LINE_AT(
+          QM_K_UAF, "write",
+          "offset 16 in freed large chunk of 1048576 bytes at " HEX) "\n" QM_ACCESSED
+                                                                     "  freed by thread [0-9]+, "
+                                                                     "1100 large frees and [0-9]+ "
+                                                                     "ms ago, here:\n");
 }
 
 // Past the ring of kept records (4096) the range still faults, and the report
@@ -1211,8 +1223,8 @@ TEST(LargeDeathTest, ARangeFreedLongAgoStillFaults) {
   if (!belt_on())
     GTEST_SKIP() << "no belt under this strategy";
   EXPECT_EXIT(dangling_after(5000, 128 * KiB), testing::KilledBySignal(SIGSEGV),
-              "^" QM_ERR "use-after-free \\(write\\) at " HEX
-              " \\(in a large chunk freed long ago, its record no longer kept\\)\n");
+              "^" QM_LINE_AT(QM_K_UAF, "write",
+                             "in a large chunk freed long ago, its record no longer kept") "\n");
 }
 
 // Which of 24 aged 1 MiB chunks serve 12 requests of the same size, as
