@@ -14,6 +14,18 @@
 #define QM_COLD __attribute__((cold, noinline))
 #define QM_INLINE static inline __attribute__((always_inline))
 #define QM_HIDDEN __attribute__((visibility("hidden")))
+/* 1 in a build under AddressSanitizer (gcc defines the macro, clang the
+ * feature) */
+#if defined(__SANITIZE_ADDRESS__)
+#define QM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define QM_ASAN 1
+#endif
+#endif
+#ifndef QM_ASAN
+#define QM_ASAN 0
+#endif
 #define QM_EXPORT __attribute__((visibility("default")))
 
 /* Every chunk qmalloc returns is aligned to this, as glibc's are on x86-64. */

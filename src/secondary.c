@@ -133,8 +133,11 @@ static void ensure_ready(void) {
     /* the belt: only where freed chunks keep their pages (protect), and
      * where the probe found moving them fault-free; the strategies that
      * drop pages keep their chunks in mappings of their own, reused in
-     * place (as does protect where a move faulted) */
-    if (LF.strategy == QM_STRATEGY_PROTECT && r->faults_move_protect == 0)
+     * place (as does protect where a move faulted). Not in a build under
+     * AddressSanitizer: there the API fuzzer found a live large chunk
+     * unreadable with the belt on, not yet explained (issue 29), and the
+     * sanitizer's shadow faults on every fresh range pages move to. */
+    if (LF.strategy == QM_STRATEGY_PROTECT && r->faults_move_protect == 0 && !QM_ASAN)
       qm__belt_init();
     if (LF.blk) /* else sealed once a later request reserves the table */
       qm__late_seal(qm__lfix);
