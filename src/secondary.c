@@ -200,6 +200,27 @@ static void *hand_out(uint32_t i, size_t size, unsigned ashift, size_t need, siz
   return (void *)u;
 }
 
+/* Under S.lock: record i becomes the BUSY chunk of fresh range r (carved
+ * from the belt, or mapped), need of its cap pages RW, and is published. */
+static void publish_fresh(uint32_t i, const qm_range_t *r, size_t cap, size_t need, size_t lead,
+                          uint8_t flags) {
+  *B(i) = (block_t){.base = r->base,
+                    .usable = r->usable,
+                    .span = r->span,
+                    .cap = cap,
+                    .rw = need,
+                    .lead = lead,
+                    .state = B_BUSY,
+                    .flags = flags,
+                    .qprev = NIL,
+                    .qnext = NIL,
+                    .bprev = NIL,
+                    .bnext = NIL};
+  qm__rec_publish(i);
+  S.mapped_bytes += r->span;
+  S.fresh++;
+}
+
 /* A fresh chunk carved from the belt: its RW part opened in the
  * reservation, no mapping of its own. NULL where the belt has no room or
  * the protection cannot be changed: the caller maps one. */
@@ -222,22 +243,7 @@ static void *fresh_belt(size_t size, unsigned ashift, size_t need, size_t lead, 
   }
   qm_lock(&S.lock);
   qm__tab_reserve(); /* reserved when carved; another thread may have used it */
-  block_t *b = B(i);
-  *b = (block_t){.base = r.base,
-                 .usable = r.usable,
-                 .span = r.span,
-                 .cap = cap,
-                 .rw = need,
-                 .lead = lead,
-                 .state = B_BUSY,
-                 .flags = (uint8_t)(F_BELT | (huge ? F_HUGE : 0)),
-                 .qprev = NIL,
-                 .qnext = NIL,
-                 .bprev = NIL,
-                 .bnext = NIL};
-  qm__rec_publish(i);
-  S.mapped_bytes += r.span;
-  S.fresh++;
+  publish_fresh(i, &r, cap, need, lead, (uint8_t)(F_BELT | (huge ? F_HUGE : 0)));
   S.belt_fresh++;
   qm_unlock(&S.lock);
   return hand_out(i, size, ashift, need, lead, zero, false, t);
@@ -371,22 +377,7 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
     qm_os_unmap((void *)r.base, r.span);
     return fail_enomem();
   }
-  block_t *b = B(i);
-  *b = (block_t){.base = r.base,
-                 .usable = r.usable,
-                 .span = r.span,
-                 .cap = cap,
-                 .rw = need,
-                 .lead = lead,
-                 .state = B_BUSY,
-                 .flags = (uint8_t)((noreuse ? F_NOREUSE : 0) | (huge ? F_HUGE : 0)),
-                 .qprev = NIL,
-                 .qnext = NIL,
-                 .bprev = NIL,
-                 .bnext = NIL};
-  qm__rec_publish(i);
-  S.mapped_bytes += r.span;
-  S.fresh++;
+  publish_fresh(i, &r, cap, need, lead, (uint8_t)((noreuse ? F_NOREUSE : 0) | (huge ? F_HUGE : 0)));
   qm_unlock(&S.lock);
   return hand_out(i, size, ashift, need, lead, zero, false, t);
 }
