@@ -125,28 +125,35 @@ ATTACK int canary_leak(void) {
   return 0;
 }
 
-/* Runs child(t) in a fresh process per trial: every one must die of
- * SIGABRT (a child that exits 0 had both frees accepted). A child that
- * exits 3 saw no chance to attack (no signal landed): inconclusive, and
- * at most a tenth of the trials may be. */
+/* Runs child(t) in a fresh process: 0 if it died of SIGABRT, 3 if it saw
+ * no chance to attack (it exits 3 when no signal landed: inconclusive), 1
+ * if it lived on (both frees were accepted), 2 if it could not be run. */
+static int one_trial(int t, void (*child)(int t)) {
+  pid_t pid = fork();
+  if (pid < 0)
+    return 2;
+  if (!pid)
+    child(t);
+  int st;
+  if (waitpid(pid, &st, 0) != pid)
+    return 2;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 3)
+    return 3;
+  if (WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT)
+    return 0;
+  fprintf(stderr, "attack: trial %d: both frees accepted\n", t);
+  return 1;
+}
+
+/* Every trial must die of SIGABRT; at most a tenth may be inconclusive. */
 static int every_trial_aborts(int trials, void (*child)(int t)) {
   int inconclusive = 0;
   for (int t = 0; t < trials; t++) {
-    pid_t pid = fork();
-    if (pid < 0)
-      return 2;
-    if (!pid)
-      child(t);
-    int st;
-    waitpid(pid, &st, 0);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 3) {
+    int r = one_trial(t, child);
+    if (r == 3)
       inconclusive++;
-      continue;
-    }
-    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT) {
-      fprintf(stderr, "attack: trial %d: both frees accepted\n", t);
-      return 1;
-    }
+    else if (r)
+      return r;
   }
   if (inconclusive > trials / 10) {
     fprintf(stderr, "attack: %d of %d trials had no signal during a free\n", inconclusive, trials);
@@ -165,19 +172,11 @@ static int every_trial_aborts(int trials, void (*child)(int t)) {
  * nothing). */
 static int one_trial_reported(void (*child)(int t)) {
   for (int t = 0; t < 100; t++) {
-    pid_t pid = fork();
-    if (pid < 0)
-      return 2;
-    if (!pid)
-      child(t);
-    int st;
-    waitpid(pid, &st, 0);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 3)
+    int r = one_trial(t, child);
+    if (r == 3)
       continue;
-    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT) {
-      fprintf(stderr, "attack: trial %d: both frees accepted\n", t);
-      return 1;
-    }
+    if (r)
+      return r;
     signal(SIGABRT, SIG_DFL);
     raise(SIGABRT);
   }
