@@ -87,6 +87,8 @@ static QM_COLD void *malloc_slow(size_t n) {
   qm__init();
   if (QM_UNLIKELY(qm__init_bootstrapping()))
     p = qm__boot_alloc(n);
+  else if (qm__cache_checked && n && n < qm__small_limit && !qm__opt.guard_all)
+    p = qm__small_malloc_checked(n); /* checked mode: every malloc comes here */
   else if (n < qm__small_limit)
     p = small_alloc(n, 0);
   else

@@ -66,10 +66,14 @@ static unsigned next_id = 1; /* owner ids given out so far, under registry_lock 
 static pthread_key_t exit_key;
 static bool key_ok;
 
-static uint32_t ring_cap(unsigned c) {
+static uint32_t ring_cap_calc(unsigned c) {
   size_t cap = 2 * (size_t)qm__opt.free_delay, fit = DELAY_BYTES / qm__class[c].size;
   return (uint32_t)(cap < fit ? cap : fit ? fit : 1);
 }
+/* ring_cap_calc of each class, set with the cache (a division per ring
+ * step was 2% of hardening=max's small churn) */
+static __thread uint32_t rcap[QM_NCLASS] __attribute__((tls_model("initial-exec")));
+QM_INLINE uint32_t ring_cap(unsigned c) { return rcap[c]; }
 static delayed_t *ring_of(unsigned c) { return rings + (size_t)c * 2 * qm__opt.free_delay; }
 
 /* How far down the spare registrations cache_create looks for the id it
@@ -115,6 +119,7 @@ static bool cache_create(unsigned want) {
     qm__bin[c].count = 0;
     hcount[c] = 0;
     rhead[c] = rcount[c] = 0;
+    rcap[c] = qm__opt.free_delay ? ring_cap_calc(c) : 0;
     qm__bin[c].slot = s;
     qm__bin[c].max = qm__cache_checked ? 0 : qm__class[c].cache_max;
     s += qm__class[c].cache_max;
@@ -282,6 +287,60 @@ uintptr_t qm__cache_take_slow(unsigned c) {
   if (!*n)
     return 0;
   return qm__cache_checked ? take_checked(c) : b->slot[--*n];
+}
+
+/* Checked mode's bin put: on top (the take draws at random), half the bin
+ * to the central list first when it is full. */
+QM_INLINE void checked_put(unsigned c, uintptr_t chunk) {
+  uint32_t n = hcount[c];
+  if (QM_UNLIKELY(n == qm__class[c].cache_max)) {
+    bin_put(c, chunk);
+    return;
+  }
+  qm__bin[c].slot[n] = chunk;
+  hcount[c] = n + 1;
+}
+
+uintptr_t qm__cache_take_checked(unsigned c) {
+  if (QM_UNLIKELY(state != TC_LIVE))
+    return qm__cache_take_slow(c);
+  if (qm__opt.free_delay) {
+    /* ring_tick, with checked_put */
+    uint32_t now = ++clock_of[c], d = qm__opt.free_delay;
+    delayed_t *r = ring_of(c);
+    while (rcount[c] && now - r[rhead[c]].at > d) {
+      uintptr_t chunk = r[rhead[c]].chunk;
+      rhead[c] = rhead[c] + 1 == ring_cap(c) ? 0 : rhead[c] + 1;
+      rcount[c]--;
+      checked_put(c, chunk);
+    }
+  }
+  if (QM_UNLIKELY(!hcount[c])) {
+    hcount[c] = qm__central_take(c, group, qm__bin[c].slot, (qm__class[c].cache_max + 1) / 2);
+    if (!hcount[c])
+      return 0;
+  }
+  return take_checked(c);
+}
+
+void qm__cache_give_checked(uintptr_t chunk, unsigned c) {
+  if (QM_UNLIKELY(state != TC_LIVE)) {
+    qm__cache_give_slow(chunk, c);
+    return;
+  }
+  if (!qm__opt.free_delay) {
+    checked_put(c, chunk);
+    return;
+  }
+  uint32_t cap = ring_cap(c), k = rcount[c];
+  if (QM_UNLIKELY(k == cap)) {
+    ring_pop(c);
+    atomic_fetch_add_explicit(&delay_early, 1, memory_order_relaxed);
+    k--;
+  }
+  uint32_t at = rhead[c] + k;
+  ring_of(c)[at >= cap ? at - cap : at] = (delayed_t){chunk, clock_of[c]};
+  rcount[c] = k + 1;
 }
 
 void qm__cache_give_slow(uintptr_t chunk, unsigned c) {

@@ -31,6 +31,9 @@ QM_INLINE uint32_t qm_bin_insert(uintptr_t *slot, uint32_t n, uintptr_t chunk) {
  * the checks the fast paths leave out. Set once, by init, before any
  * allocation. */
 extern QM_HIDDEN bool qm__cache_checked;
+/* Whether the CPU (and the kernel) run AVX2: checked mode then checks and
+ * zeroes chunks 32 bytes a step. Set by init, before any allocation. */
+extern QM_HIDDEN bool qm__avx2;
 #ifdef QM_TEST_HOOKS
 /* Test hook: chunks that left a delayed-free ring early (the ring was full). */
 size_t qm__cache_delay_early(void);
@@ -42,6 +45,13 @@ size_t qm__cache_delay_early(void);
  * given. */
 uintptr_t qm__cache_take_slow(unsigned c);
 void qm__cache_give_slow(uintptr_t chunk, unsigned c);
+/* Checked mode's own take and give, on the calling thread's live cache
+ * (else as the slow ones): take ticks the class's delayed-free ring and
+ * draws a chunk (0 when the class is exhausted); give puts a chunk the
+ * caller zeroed and checked into the ring (or the bin). The caller drained
+ * what other threads sent (qm__state_drain) before the take. */
+uintptr_t qm__cache_take_checked(unsigned c);
+void qm__cache_give_checked(uintptr_t chunk, unsigned c);
 /* Gives the calling thread its cache (and owner id) if it has none yet and
  * may have one, taking id `want` if an exited thread left it (0: any);
  * whether it has one now. A thread whose first act is to free what an

@@ -12,6 +12,9 @@
 #include "init.h"
 
 #include <errno.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -168,6 +171,22 @@ static void fork_child(void) {
 
 static __thread bool initializing __attribute__((tls_model("initial-exec")));
 
+/* AVX2, and the kernel saving the YMM registers (XCR0 bits 1 and 2). */
+static bool cpu_avx2(void) {
+#if defined(__x86_64__)
+  unsigned a, b, c, d, lo, hi;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE) || !(c & bit_AVX))
+    return false;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  (void)hi;
+  if ((lo & 6) != 6)
+    return false;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX2);
+#else
+  return false;
+#endif
+}
+
 void qm__init_slow(void) {
   int expected = 0;
   if (!__atomic_compare_exchange_n(&init_state, &expected, 1, false, __ATOMIC_ACQ_REL,
@@ -189,6 +208,7 @@ void qm__init_slow(void) {
   qm__secret = qm_random_u64() | 1;
   qm__cache_checked =
       qm__opt.hardening == QM_HARDENING_MAX || qm__opt.zero_on_free || qm__opt.free_delay;
+  qm__avx2 = cpu_avx2();
   /* the largest class serves QM_SMALL_MAX bytes (its canary takes the
    * rest): requests past it are large whatever the threshold */
   size_t limit = qm__opt.large_threshold_kb << 10;

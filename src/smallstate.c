@@ -12,6 +12,9 @@
 
 #include <errno.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "cache.h"
 #include "lock.h"
@@ -146,10 +149,48 @@ static _Noreturn QM_COLD void zero_error(uintptr_t ch, unsigned c, size_t at) {
   qm__report_write_after_free(ch, qm__class[c].size, at, q[at]);
 }
 
+#if defined(__x86_64__)
+/* The offset of the first 32 (or last 16) bytes of chunk ch (size bytes,
+ * a multiple of 16) not all zero, or size: 128 bytes a step, ORed in
+ * 32-byte vectors, one test. */
+__attribute__((target("avx2"))) static size_t nonzero_avx2(uintptr_t ch, size_t size) {
+  const __m256i_u *v = (const __m256i_u *)ch;
+  size_t n = size / 32, i = 0;
+  for (; i + 4 <= n; i += 4) {
+    __m256i x = _mm256_or_si256(
+        _mm256_or_si256(_mm256_loadu_si256(v + i), _mm256_loadu_si256(v + i + 1)),
+        _mm256_or_si256(_mm256_loadu_si256(v + i + 2), _mm256_loadu_si256(v + i + 3)));
+    if (!_mm256_testz_si256(x, x))
+      return i * 32;
+  }
+  for (; i < n; i++) {
+    __m256i x = _mm256_loadu_si256(v + i);
+    if (!_mm256_testz_si256(x, x))
+      return i * 32;
+  }
+  if (size & 16) {
+    __m128i y = _mm_loadu_si128((const __m128i_u *)(ch + n * 32));
+    if (!_mm_testz_si128(y, y))
+      return n * 32;
+  }
+  return size;
+}
+
+#endif
+
 /* Checked mode: a chunk zeroed at free must still be zero. 64 bytes per
- * step, ORed in 16-byte vectors: a word at a time cost 4 instructions per 8
- * bytes, the largest cost of hardening=max in small churn. */
+ * step, ORed in 16-byte vectors (32-byte ones with AVX2): a word at a
+ * time cost 4 instructions per 8 bytes, the largest cost of hardening=max
+ * in small churn. */
 static void check_zero(uintptr_t ch, unsigned c) {
+#if defined(__x86_64__)
+  if (QM_LIKELY(qm__avx2)) {
+    size_t size = qm__class[c].size, at = nonzero_avx2(ch, size);
+    if (QM_UNLIKELY(at < size))
+      zero_error(ch, c, at);
+    return;
+  }
+#endif
   typedef uint64_t v2 __attribute__((vector_size(16), may_alias));
   const v2 *v = (const v2 *)ch;
   size_t nv = qm__class[c].size / 16, i = 0;
@@ -165,6 +206,14 @@ static void check_zero(uintptr_t ch, unsigned c) {
   }
   if (QM_UNLIKELY(i < nv))
     zero_error(ch, c, i * 16);
+}
+
+/* The canary of live neighbour n (entry w) of chunk ch, freed, differs
+ * from its expected one by bad; side 1: ch is n's next neighbour. */
+static _Noreturn QM_COLD void neighbour_error(uintptr_t n, uint64_t w, uint64_t bad, int side,
+                                              uintptr_t ch) {
+  qm__report_small_overflow((void *)(n + qm_e_offset(w)), QM_CK_SMALL, qm_e_size(w),
+                            qm_e_size(w) + (size_t)__builtin_ctzll(bad) / 8, side, ch);
 }
 
 /* Checked mode, at free: the live neighbours this thread owns must have
@@ -186,11 +235,8 @@ static QM_COLD void check_neighbours(uintptr_t ch, unsigned c) {
       continue;
     uintptr_t user = n + qm_e_offset(w), end = user + qm_e_size(w);
     uint64_t bad = qm_load8(end) ^ qm_canary(n, qm_e_gen(w), c);
-    if (!bad)
-      continue;
-    /* ch is the next neighbour of the chunk before it (i == 0) */
-    qm__report_small_overflow((void *)user, QM_CK_SMALL, qm_e_size(w),
-                              qm_e_size(w) + (size_t)__builtin_ctzll(bad) / 8, i ? -1 : 1, ch);
+    if (bad)
+      neighbour_error(n, w, bad, i ? -1 : 1, ch);
   }
 }
 
@@ -214,7 +260,7 @@ uintptr_t qm__small_check(qm_op_t op, void *p, uintptr_t off, unsigned *cls, uin
   return ch;
 }
 
-void *qm__small_hand_out(uintptr_t s, unsigned c, size_t n, size_t align) {
+QM_INLINE void *hand_out(uintptr_t s, unsigned c, size_t n, size_t align) {
   const qm_class_info_t *ci = &qm__class[c];
   uintptr_t ch = qm_slot_chunk(s), roff = ch - qm_region(c);
   if (QM_UNLIKELY(roff >= committed(c)))
@@ -231,6 +277,10 @@ void *qm__small_hand_out(uintptr_t s, unsigned c, size_t n, size_t align) {
   qm_entry_store(e, qm_e_make(QM_CHUNK_ALLOC, my_id(), gen, user - ch, n));
   qm_store8(user + n, qm_canary(ch, gen, c));
   return (void *)user;
+}
+
+void *qm__small_hand_out(uintptr_t s, unsigned c, size_t n, size_t align) {
+  return hand_out(s, c, n, align);
 }
 
 bool qm__small_resize(void *p, uintptr_t ch, unsigned c, uint64_t *e, uint64_t w, size_t n) {
@@ -677,6 +727,92 @@ void qm__state_drain(void) {
   }
 }
 
+/* ---- checked mode's own malloc and free ----
+ * Every malloc and free of checked mode misses the fast paths (its bins
+ * stay empty); these take it the shortest way: each check done once, the
+ * steering work only when there is some. */
+
+/* Whether qm__state_drain has anything to do: frees other threads sent
+ * this one, or frees re-entered from a signal handler. */
+QM_INLINE bool drain_due(void) {
+  unsigned me = my_id();
+  return (me && atomic_load_explicit(&owners[me].inbox, memory_order_relaxed)) ||
+         nested_head != nested_tail;
+}
+
+void *qm__small_malloc_checked(size_t n) {
+  if (QM_UNLIKELY(drain_due()))
+    qm__state_drain();
+  void *p = NULL;
+  /* as small_alloc_plain: a larger class when this one's region is full */
+  for (unsigned c = qm_class_of(n); c < QM_NCLASS; c++) {
+    uintptr_t s = qm__cache_take_checked(c);
+    if (QM_LIKELY(s)) {
+      p = hand_out(s, c, n, QM_MIN_ALIGN);
+      break;
+    }
+  }
+  if (!p)
+    errno = ENOMEM;
+  return p;
+}
+
+/* A free of chunk a (off = a - qm__pbase) this thread owns, live, at
+ * offset 0, canary intact: made FREE, zeroed (zero_on_free), its live
+ * neighbours of this thread checked, given to the ring; false, having
+ * changed nothing, for any other (qm__small_free_slow then takes it, and
+ * reports what is wrong). The neighbours' entries and canaries are read
+ * ahead of the chunk's own canary, so that the three cold lines arrive
+ * together. */
+QM_INLINE bool free_checked(uintptr_t a, uintptr_t off) {
+  unsigned c = (unsigned)(off >> qm__rshift);
+  uintptr_t roff = off & qm__rmask;
+  if (c == QM_ZCLASS)
+    return false;
+  size_t top = committed(c);
+  if ((a & (QM_MIN_ALIGN - 1)) || roff >= top)
+    return false;
+  const qm_class_info_t *ci = &qm__class[c];
+  size_t size = ci->size;
+  uintptr_t i = qm_chunk_index(roff, c);
+  if (i * size != roff)
+    return false;
+  uint64_t *e = qm_entry_at(c, i), w = qm_entry_load(e);
+  const uint64_t mine = qm__me;
+  if ((w & (QM_E_STATE | QM_E_OFF | QM_E_OWNER)) != mine)
+    return false; /* not live, not at offset 0, or not this thread's */
+  /* the live neighbours this thread owns (a dead slot's entry is never
+   * ALLOC); their canaries' lines start coming now */
+  uintptr_t side[2] = {a - size, a + size};
+  uint64_t nw[2] = {0, 0};
+  const uint64_t live = mine & (QM_E_STATE | QM_E_OWNER);
+  if (roff >= size && !qm_slot_dead(roff - size, size))
+    nw[0] = qm_entry_load(e - 1);
+  if (roff + 2 * size <= top && !qm_slot_dead(roff + size, size))
+    nw[1] = qm_entry_load(e + 1);
+  for (int k = 0; k < 2; k++)
+    if ((nw[k] & (QM_E_STATE | QM_E_OWNER)) == live)
+      __builtin_prefetch((void *)(side[k] + qm_e_offset(nw[k]) + qm_e_size(nw[k])));
+  uint64_t gen = qm_e_gen(w);
+  if (QM_UNLIKELY(qm_load8(a + qm_e_size(w)) != qm_canary(a, gen, c)))
+    return false;
+  uint64_t fw = qm_e_freed_alloc(w);
+  qm_entry_store(e, fw);
+  if (qm__opt.zero_on_free)
+    memset((void *)a, 0, size);
+  for (int k = 0; k < 2; k++) {
+    uint64_t v = nw[k];
+    if ((v & (QM_E_STATE | QM_E_OWNER)) != live)
+      continue;
+    uintptr_t end = side[k] + qm_e_offset(v) + qm_e_size(v);
+    uint64_t bad = qm_load8(end) ^ qm_canary(side[k], qm_e_gen(v), c);
+    if (QM_UNLIKELY(bad))
+      neighbour_error(side[k], v, bad, k ? -1 : 1, a);
+  }
+  qm__cache_give_checked(qm_slot_make(a, qm_e_gen(fw)), c);
+  return true;
+}
+
 void qm__state_adopt(unsigned id) {
   owner_slot_t *o = &owners[id];
   qm_lock(&o->lock);
@@ -801,6 +937,10 @@ void qm__free_nested(void *p) {
 }
 
 void qm__small_free_slow(void *p, uintptr_t off) {
+  if (qm__cache_checked && QM_LIKELY(free_checked((uintptr_t)p, off))) {
+    qm_freeing_clear();
+    return;
+  }
   if ((off >> qm__rshift) == QM_ZCLASS) {
     qm__zero_free(p, QM_OP_FREE);
     qm_freeing_clear();

@@ -197,6 +197,10 @@ uintptr_t qm__small_check(qm_op_t op, void *p, uintptr_t off, unsigned *cls, uin
  * checks its entry is not ALLOC (and, in checked mode, that it is still
  * zero), writes entry and canary. */
 void *qm__small_hand_out(uintptr_t s, unsigned c, size_t n, size_t align);
+/* Checked mode's malloc of n bytes (0 < n < qm__small_limit, no
+ * guard_all), after init, marked busy (qm_busy_enter): NULL and ENOMEM
+ * when no class can serve it. */
+void *qm__small_malloc_checked(size_t n);
 /* A bin slot whose chunk is not in its class region. */
 _Noreturn void qm__small_bad_pop(uintptr_t ch, unsigned c) QM_COLD;
 /* In-place realloc of p to n bytes, when this thread may change its entry
