@@ -200,12 +200,17 @@ bool qm__belt_carve(size_t usable_len, size_t align, uint64_t frees, qm_range_t 
         BT.head = 0;
       continue;
     }
-    if (last != BT.headseg)
-      leave_head();
+    /* the new chunk counts in its segments before the head leaves its own:
+     * leave_head() queues that segment to be mapped afresh whole if its
+     * chunks are all dead and one waits to be mapped afresh, and the new
+     * chunk may begin in it. The other way round, the mapping afresh took
+     * a live chunk's first pages (the API fuzzer's SEGV reading one) */
     for (s = first; s <= last; s++) {
       seg_at(s)->users++;
       atomic_store_explicit(&seg_at(s)->ever, 1, memory_order_relaxed);
     }
+    if (last != BT.headseg)
+      leave_head();
     *evict_lo = LF.belt_base + (lo << SEG_SHIFT);
     *evict_hi = lo <= last ? LF.belt_base + ((last + 1) << SEG_SHIFT) : *evict_lo;
     BT.headseg = last;

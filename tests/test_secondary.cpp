@@ -1164,6 +1164,53 @@ TEST_F(Large, BeltMappingsStayBounded) {
   EXPECT_GT(stats().belt_moves, 5000u);
 }
 
+// A chunk carved across the end of the belt's head segment (16 MiB) while
+// every other chunk there is dead, one of them (the old range of a move)
+// waiting to be mapped afresh: the segment is mapped afresh only once the
+// new chunk is dead too, never under it. The API fuzzer found the chunk's
+// first pages PROT_NONE and empty (a SEGV reading a live chunk).
+TEST_F(Large, BeltChunkAcrossTheHeadSegmentsEndStaysOpen) {
+  if (!belt_on())
+    GTEST_SKIP() << "no belt under this strategy";
+  set("thp_min_mb=0"); // no 2 MiB alignment: the chunk starts where the head is
+  constexpr uintptr_t seg = 16 * MiB;
+  auto to_end = [](const void *p) { return seg - (reinterpret_cast<uintptr_t>(p) & (seg - 1)); };
+  // the head walked to 2-3 MiB before a segment's end, each chunk buried
+  // (mapped afresh at once) behind it
+  size_t left = 0;
+  for (int i = 0; i < 400 && (left < 2 * MiB || left >= 3 * MiB); i++) {
+    char *p = static_cast<char *>(qm_malloc(256 * KiB));
+    left = to_end(p + 256 * KiB);
+    qm_free(p);
+    qmt_quarantine_flush();
+  }
+  ASSERT_GE(left, 2 * MiB);
+  ASSERT_LT(left, 3 * MiB);
+  // a move: b takes a's pages, a's range is dead and waits to be mapped afresh
+  char *a = static_cast<char *>(qm_malloc(256 * KiB));
+  std::memset(a, 1, 256 * KiB);
+  qm_free(a);
+  qm_stats_t before = stats();
+  char *b = static_cast<char *>(qm_malloc(256 * KiB));
+  ASSERT_EQ(stats().belt_moves, before.belt_moves + 1);
+  qm_free(b);
+  qmt_quarantine_flush();
+  char *c = static_cast<char *>(qm_malloc(4 * MiB));
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(c) / seg, reinterpret_cast<uintptr_t>(a) / seg);
+  ASSERT_LT(to_end(c), 4 * MiB) << "across the segment's end";
+  std::memset(c, 2, 4 * MiB);
+  // a later burial maps afresh whatever the belt has queued
+  for (int i = 0; i < 4; i++) {
+    qm_free(qm_malloc(256 * KiB));
+    qmt_quarantine_flush();
+  }
+  char prot[5];
+  qmt_prot_of(c, prot);
+  ASSERT_STREQ(prot, "rw-p") << "the live chunk's first pages";
+  EXPECT_TRUE(all_bytes(c, 4 * MiB, 2));
+  qm_free(c);
+}
+
 // AnonHugePages of the mapping holding p, in KiB (/proc/self/smaps); -1 if
 // not found.
 long anon_huge_kb(const void *p) {
