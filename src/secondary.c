@@ -134,9 +134,8 @@ static void ensure_ready(void) {
      * where the probe found moving them fault-free; the strategies that
      * drop pages keep their chunks in mappings of their own, reused in
      * place (as does protect where a move faulted). Not in a build under
-     * AddressSanitizer: there the API fuzzer found a live large chunk
-     * unreadable with the belt on, not yet explained (issue 29), and the
-     * sanitizer's shadow faults on every fresh range pages move to. */
+     * AddressSanitizer: the sanitizer's shadow of every fresh range the
+     * pages move to faults in, so reuse there is not fault-free. */
     if (LF.strategy == QM_STRATEGY_PROTECT && r->faults_move_protect == 0 && !QM_ASAN)
       qm__belt_init();
     if (LF.blk) /* else sealed once a later request reserves the table */

@@ -163,14 +163,11 @@ constexpr bool asan_build() {
 // and rewriting all of it take no page fault at all.
 TEST_F(Large, ReuseTakesNoFaultsOnFastPathKernels) {
   const qm_probe_result_t *r = qm_probe_result();
-  const bool window_at_start = qmt_option("window_gb") != 0;
   if (r->strategy != QM_STRATEGY_PROTECT || !r->fast_dirty)
     GTEST_SKIP() << "strategy " << qm_strategy_name(r->strategy) << ": " << r->reason;
   for (bool belt : {true, false}) { // the belt first: it is reserved at the first large malloc
-    // no belt where moving pages faults, nor under the sanitizer, nor in a
-    // process that started without it (unit-belt runs this with it)
-    if (belt && (r->faults_move_protect != 0 || asan_build() || !window_at_start))
-      continue;
+    if (belt && (r->faults_move_protect != 0 || asan_build()))
+      continue; // no belt where moving pages faults, nor under the sanitizer
     set(belt ? "window_gb=64:quarantine_min_frees=0:quarantine_min_mb=0"
              : "window_gb=0:quarantine_min_frees=0:quarantine_min_mb=0");
     qmt_quarantine_flush();
