@@ -29,9 +29,6 @@ typedef struct delayed {
   uint32_t at;
 } delayed_t;
 #define DELAY_BYTES ((size_t)16 << 20)
-static __thread uint32_t clock_of[QM_NCLASS] __attribute__((tls_model("initial-exec")));
-static __thread uint32_t rhead[QM_NCLASS],
-    rcount[QM_NCLASS] __attribute__((tls_model("initial-exec")));
 static __thread delayed_t *rings __attribute__((tls_model("initial-exec")));
 static _Atomic size_t delay_early;
 
@@ -44,11 +41,18 @@ typedef struct qm_tcache {
   struct qm_tcache *next, *prev;
 } qm_tcache_t;
 
-/* checked mode's counts, one per bin, over the bins' slot arrays; and the
- * slot each bin's next take will hand out, drawn (and its chunk prefetched)
- * at the take before */
-static __thread uint32_t hcount[QM_NCLASS] __attribute__((tls_model("initial-exec")));
-static __thread uint32_t hnext[QM_NCLASS] __attribute__((tls_model("initial-exec")));
+/* Checked mode's state of one class, all of it behind one thread-pointer
+ * offset (one array of the thread's TLS: a GOT load per array was a tenth
+ * of checked mode's take and give). */
+typedef struct checked_class {
+  uint32_t count;        /* chunks in the bin, over the bin's slot array */
+  uint32_t next;         /* the slot the next take hands out, drawn (and its
+                          * chunk prefetched) at the take before */
+  uint32_t clock;        /* the thread's mallocs of the class (free_delay) */
+  uint32_t head, n, cap; /* the ring: oldest entry, entries, ring_cap_calc */
+  delayed_t *ring;       /* the class's ring (free_delay > 0) */
+} checked_class_t;
+static __thread checked_class_t cc[QM_NCLASS] __attribute__((tls_model("initial-exec")));
 static __thread qm_tcache_t *self __attribute__((tls_model("initial-exec")));
 /* This thread's group of the central lists: 0 until it has a cache, then
  * the group with the fewest live caches, kept after the thread's cache is
@@ -70,11 +74,10 @@ static uint32_t ring_cap_calc(unsigned c) {
   size_t cap = 2 * (size_t)qm__opt.free_delay, fit = DELAY_BYTES / qm__class[c].size;
   return (uint32_t)(cap < fit ? cap : fit ? fit : 1);
 }
-/* ring_cap_calc of each class, set with the cache (a division per ring
- * step was 2% of hardening=max's small churn) */
-static __thread uint32_t rcap[QM_NCLASS] __attribute__((tls_model("initial-exec")));
-QM_INLINE uint32_t ring_cap(unsigned c) { return rcap[c]; }
-static delayed_t *ring_of(unsigned c) { return rings + (size_t)c * 2 * qm__opt.free_delay; }
+/* set with the cache (a division per ring step was 2% of hardening=max's
+ * small churn) */
+QM_INLINE uint32_t ring_cap(unsigned c) { return cc[c].cap; }
+QM_INLINE delayed_t *ring_of(unsigned c) { return cc[c].ring; }
 
 /* How far down the spare registrations cache_create looks for the id it
  * would rather have. */
@@ -117,9 +120,8 @@ static bool cache_create(unsigned want) {
   uintptr_t *s = tc->slots;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     qm__bin[c].count = 0;
-    hcount[c] = 0;
-    rhead[c] = rcount[c] = 0;
-    rcap[c] = qm__opt.free_delay ? ring_cap_calc(c) : 0;
+    cc[c] = (checked_class_t){.ring = rings + (size_t)c * 2 * qm__opt.free_delay,
+                              .cap = qm__opt.free_delay ? ring_cap_calc(c) : 0};
     qm__bin[c].slot = s;
     qm__bin[c].max = qm__cache_checked ? 0 : qm__class[c].cache_max;
     s += qm__class[c].cache_max;
@@ -180,7 +182,9 @@ bool qm__cache_ensure(unsigned want) {
 }
 
 /* The count this thread's bin of class c is kept under. */
-static uint32_t *count_of(unsigned c) { return qm__cache_checked ? &hcount[c] : &qm__bin[c].count; }
+static uint32_t *count_of(unsigned c) {
+  return qm__cache_checked ? &cc[c].count : &qm__bin[c].count;
+}
 
 /* Puts chunk into this thread's bin of class c, first handing half the bin
  * to the central list if it is full: at a random place, or in checked mode
@@ -207,22 +211,25 @@ static void bin_put(unsigned c, uintptr_t chunk) {
  * under hardening=max those reads were 40% of the time. The next malloc of
  * the class comes a few dozen ops later, time enough for the lines to
  * arrive, too soon for them to leave. */
-static uintptr_t take_checked(unsigned c) {
+QM_INLINE uintptr_t take_checked(unsigned c) {
   qm_bin_t *b = &qm__bin[c];
-  uint32_t n = hcount[c];
-  uint32_t i = hnext[c] < n ? hnext[c] : qm_rand_below(n);
+  uint32_t n = cc[c].count;
+  uint32_t i = cc[c].next < n ? cc[c].next : qm_rand_below(n);
   uintptr_t ch = b->slot[i];
   b->slot[i] = b->slot[--n];
-  hcount[c] = n;
+  cc[c].count = n;
   if (n) {
     uint32_t j = qm_rand_below(n);
-    hnext[c] = j;
+    cc[c].next = j;
     uintptr_t next = qm_slot_chunk(b->slot[j]);
     size_t span = qm__opt.zero_on_free ? qm__class[c].size : 64;
     if (span > 1024)
       span = 1024; /* past this the hardware prefetcher keeps up with the scan */
-    for (size_t at = 0; at < span; at += 64)
+    /* two lines a step: one past a chunk's end is harmless */
+    for (size_t at = 0; at < span; at += 128) {
       __builtin_prefetch((const void *)(next + at));
+      __builtin_prefetch((const void *)(next + at + 64));
+    }
   }
   return ch;
 }
@@ -230,37 +237,37 @@ static uintptr_t take_checked(unsigned c) {
 /* The ring's oldest chunk into the bin. */
 static void ring_pop(unsigned c) {
   delayed_t *r = ring_of(c);
-  uintptr_t chunk = r[rhead[c]].chunk;
-  rhead[c] = rhead[c] + 1 == ring_cap(c) ? 0 : rhead[c] + 1;
-  rcount[c]--;
+  uintptr_t chunk = r[cc[c].head].chunk;
+  cc[c].head = cc[c].head + 1 == ring_cap(c) ? 0 : cc[c].head + 1;
+  cc[c].n--;
   bin_put(c, chunk);
 }
 
 static void ring_push(unsigned c, uintptr_t chunk) {
   uint32_t cap = ring_cap(c);
-  if (rcount[c] == cap) {
+  if (cc[c].n == cap) {
     ring_pop(c);
     atomic_fetch_add_explicit(&delay_early, 1, memory_order_relaxed);
   }
-  uint32_t at = rhead[c] + rcount[c];
-  ring_of(c)[at >= cap ? at - cap : at] = (delayed_t){chunk, clock_of[c]};
-  rcount[c]++;
+  uint32_t at = cc[c].head + cc[c].n;
+  ring_of(c)[at >= cap ? at - cap : at] = (delayed_t){chunk, cc[c].clock};
+  cc[c].n++;
 }
 
 /* A malloc of class c: chunks freed more than free_delay mallocs ago may
  * serve it now. */
 static void ring_tick(unsigned c) {
-  uint32_t now = ++clock_of[c];
-  while (rcount[c] && now - ring_of(c)[rhead[c]].at > qm__opt.free_delay)
+  uint32_t now = ++cc[c].clock;
+  while (cc[c].n && now - ring_of(c)[cc[c].head].at > qm__opt.free_delay)
     ring_pop(c);
 }
 
 static void ring_flush(void) {
   for (unsigned c = 0; c < QM_NCLASS; c++)
-    while (rcount[c]) {
-      delayed_t *d = &ring_of(c)[rhead[c]];
-      rhead[c] = rhead[c] + 1 == ring_cap(c) ? 0 : rhead[c] + 1;
-      rcount[c]--;
+    while (cc[c].n) {
+      delayed_t *d = &ring_of(c)[cc[c].head];
+      cc[c].head = cc[c].head + 1 == ring_cap(c) ? 0 : cc[c].head + 1;
+      cc[c].n--;
       qm__central_give(c, group, &d->chunk, 1);
     }
 }
@@ -292,13 +299,13 @@ uintptr_t qm__cache_take_slow(unsigned c) {
 /* Checked mode's bin put: on top (the take draws at random), half the bin
  * to the central list first when it is full. */
 QM_INLINE void checked_put(unsigned c, uintptr_t chunk) {
-  uint32_t n = hcount[c];
+  uint32_t n = cc[c].count;
   if (QM_UNLIKELY(n == qm__class[c].cache_max)) {
     bin_put(c, chunk);
     return;
   }
   qm__bin[c].slot[n] = chunk;
-  hcount[c] = n + 1;
+  cc[c].count = n + 1;
 }
 
 uintptr_t qm__cache_take_checked(unsigned c) {
@@ -306,18 +313,18 @@ uintptr_t qm__cache_take_checked(unsigned c) {
     return qm__cache_take_slow(c);
   if (qm__opt.free_delay) {
     /* ring_tick, with checked_put */
-    uint32_t now = ++clock_of[c], d = qm__opt.free_delay;
+    uint32_t now = ++cc[c].clock, d = qm__opt.free_delay;
     delayed_t *r = ring_of(c);
-    while (rcount[c] && now - r[rhead[c]].at > d) {
-      uintptr_t chunk = r[rhead[c]].chunk;
-      rhead[c] = rhead[c] + 1 == ring_cap(c) ? 0 : rhead[c] + 1;
-      rcount[c]--;
+    while (cc[c].n && now - r[cc[c].head].at > d) {
+      uintptr_t chunk = r[cc[c].head].chunk;
+      cc[c].head = cc[c].head + 1 == ring_cap(c) ? 0 : cc[c].head + 1;
+      cc[c].n--;
       checked_put(c, chunk);
     }
   }
-  if (QM_UNLIKELY(!hcount[c])) {
-    hcount[c] = qm__central_take(c, group, qm__bin[c].slot, (qm__class[c].cache_max + 1) / 2);
-    if (!hcount[c])
+  if (QM_UNLIKELY(!cc[c].count)) {
+    cc[c].count = qm__central_take(c, group, qm__bin[c].slot, (qm__class[c].cache_max + 1) / 2);
+    if (!cc[c].count)
       return 0;
   }
   return take_checked(c);
@@ -332,15 +339,15 @@ void qm__cache_give_checked(uintptr_t chunk, unsigned c) {
     checked_put(c, chunk);
     return;
   }
-  uint32_t cap = ring_cap(c), k = rcount[c];
+  uint32_t cap = ring_cap(c), k = cc[c].n;
   if (QM_UNLIKELY(k == cap)) {
     ring_pop(c);
     atomic_fetch_add_explicit(&delay_early, 1, memory_order_relaxed);
     k--;
   }
-  uint32_t at = rhead[c] + k;
-  ring_of(c)[at >= cap ? at - cap : at] = (delayed_t){chunk, clock_of[c]};
-  rcount[c] = k + 1;
+  uint32_t at = cc[c].head + k;
+  ring_of(c)[at >= cap ? at - cap : at] = (delayed_t){chunk, cc[c].clock};
+  cc[c].n = k + 1;
 }
 
 void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
@@ -435,9 +442,9 @@ static void fork_reshuffle(void) {
     }
     for (uint32_t i = 0; i < n; i++)
       slot[i] = qm__small_regen(slot[i], c);
-    hnext[c] = n ? qm_rand_below(n) : 0;
+    cc[c].next = n ? qm_rand_below(n) : 0;
     if (qm__opt.free_delay)
-      for (uint32_t i = 0, at = rhead[c]; i < rcount[c];
+      for (uint32_t i = 0, at = cc[c].head; i < cc[c].n;
            i++, at = at + 1 == ring_cap(c) ? 0 : at + 1)
         ring_of(c)[at].chunk = qm__small_regen(ring_of(c)[at].chunk, c);
   }

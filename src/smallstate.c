@@ -777,18 +777,26 @@ QM_INLINE bool free_checked(uintptr_t a, uintptr_t off) {
   uintptr_t i = qm_chunk_index(roff, c);
   if (i * size != roff)
     return false;
+  /* the whole chunk is written (zeroed) below: its lines, its canary's
+   * among them, start coming now, together */
+  if (qm__opt.zero_on_free)
+    for (size_t at = 0; at < size; at += 128) {
+      __builtin_prefetch((const void *)(a + at), 1);
+      __builtin_prefetch((const void *)(a + at + 64), 1);
+    }
   uint64_t *e = qm_entry_at(c, i), w = qm_entry_load(e);
   const uint64_t mine = qm__me;
   if ((w & (QM_E_STATE | QM_E_OFF | QM_E_OWNER)) != mine)
     return false; /* not live, not at offset 0, or not this thread's */
-  /* the live neighbours this thread owns (a dead slot's entry is never
-   * ALLOC); their canaries' lines start coming now */
+  /* the live neighbours this thread owns (a dead slot beside a guard page
+   * is never carved: its entry stays NONE); their canaries' lines start
+   * coming now */
   uintptr_t side[2] = {a - size, a + size};
   uint64_t nw[2] = {0, 0};
   const uint64_t live = mine & (QM_E_STATE | QM_E_OWNER);
-  if (roff >= size && !qm_slot_dead(roff - size, size))
+  if (roff >= size)
     nw[0] = qm_entry_load(e - 1);
-  if (roff + 2 * size <= top && !qm_slot_dead(roff + size, size))
+  if (roff + 2 * size <= top)
     nw[1] = qm_entry_load(e + 1);
   for (int k = 0; k < 2; k++)
     if ((nw[k] & (QM_E_STATE | QM_E_OWNER)) == live)
