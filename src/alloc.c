@@ -154,6 +154,12 @@ QM_EXPORT void qm_free(void *p) {
   }
   if (QM_LIKELY(off < qm__pspan)) {
     qm_freeing_set(a);
+    /* checked mode checks at once, on a path of its own (before the fast
+     * path's work: a test it did last before) */
+    if (QM_UNLIKELY(qm__cache_checked)) {
+      qm__small_free_slow(p, off);
+      return;
+    }
     unsigned c = (unsigned)(off >> qm__rshift);
     uintptr_t roff = off & qm__rmask;
     /* 16-aligned and below the committed end: the entry is then in the
@@ -165,10 +171,8 @@ QM_EXPORT void qm_free(void *p) {
       uint64_t *e = qm_entry_at(c, i), w = qm_entry_load(e);
       /* a chunk boundary; state ALLOC, offset 0 and owned by this thread in
        * one compare (a thread with no cache matches no entry). The owner is
-       * the only thread that changes the entry: a plain store. Checked mode
-       * checks at once, on the slow path. */
-      if (QM_LIKELY(i * ci->size == roff && (w & (QM_E_STATE | QM_E_OFF | QM_E_OWNER)) == qm__me &&
-                    !qm__cache_checked)) {
+       * the only thread that changes the entry: a plain store. */
+      if (QM_LIKELY(i * ci->size == roff && (w & (QM_E_STATE | QM_E_OFF | QM_E_OWNER)) == qm__me)) {
         uint64_t fw = qm_e_freed_alloc(w);
         qm_entry_store(e, fw);
         /* the canary is checked QM_PEND_HALF..QM_PEND_N - 1 frees from now

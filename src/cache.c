@@ -24,35 +24,20 @@ enum { TC_EMPTY, TC_LIVE, TC_DEAD };
  * chunks and at most DELAY_BYTES: a thread that frees more than that within
  * D mallocs pushes its oldest out early (counted). Rings are emptied into
  * the central lists when the thread exits. */
-typedef struct delayed {
-  uintptr_t chunk;
-  uint32_t at;
-} delayed_t;
 #define DELAY_BYTES ((size_t)16 << 20)
-static __thread delayed_t *rings __attribute__((tls_model("initial-exec")));
+static __thread qm_delayed_t *rings __attribute__((tls_model("initial-exec")));
 static _Atomic size_t delay_early;
 
 /* A thread's registration: where its bins are, and its slot storage. */
 typedef struct qm_tcache {
   qm_bin_t *bin; /* the owning thread's qm__bin */
   uintptr_t *slots;
-  delayed_t *rings; /* ring_cap() entries per class, when free_delay > 0 */
-  unsigned id;      /* owner id of the chunks it hands out; kept across reuse */
+  qm_delayed_t *rings; /* ring_cap() entries per class, when free_delay > 0 */
+  unsigned id;         /* owner id of the chunks it hands out; kept across reuse */
   struct qm_tcache *next, *prev;
 } qm_tcache_t;
 
-/* Checked mode's state of one class, all of it behind one thread-pointer
- * offset (one array of the thread's TLS: a GOT load per array was a tenth
- * of checked mode's take and give). */
-typedef struct checked_class {
-  uint32_t count;        /* chunks in the bin, over the bin's slot array */
-  uint32_t next;         /* the slot the next take hands out, drawn (and its
-                          * chunk prefetched) at the take before */
-  uint32_t clock;        /* the thread's mallocs of the class (free_delay) */
-  uint32_t head, n, cap; /* the ring: oldest entry, entries, ring_cap_calc */
-  delayed_t *ring;       /* the class's ring (free_delay > 0) */
-} checked_class_t;
-static __thread checked_class_t cc[QM_NCLASS] __attribute__((tls_model("initial-exec")));
+__thread qm_checked_t qm__cc[QM_NCLASS] __attribute__((tls_model("initial-exec")));
 static __thread qm_tcache_t *self __attribute__((tls_model("initial-exec")));
 /* This thread's group of the central lists: 0 until it has a cache, then
  * the group with the fewest live caches, kept after the thread's cache is
@@ -76,8 +61,8 @@ static uint32_t ring_cap_calc(unsigned c) {
 }
 /* set with the cache (a division per ring step was 2% of hardening=max's
  * small churn) */
-QM_INLINE uint32_t ring_cap(unsigned c) { return cc[c].cap; }
-QM_INLINE delayed_t *ring_of(unsigned c) { return cc[c].ring; }
+QM_INLINE uint32_t ring_cap(unsigned c) { return qm__cc[c].cap; }
+QM_INLINE qm_delayed_t *ring_of(unsigned c) { return qm__cc[c].ring; }
 
 /* How far down the spare registrations cache_create looks for the id it
  * would rather have. */
@@ -108,20 +93,21 @@ static bool cache_create(unsigned want) {
     for (unsigned c = 0; c < QM_NCLASS; c++)
       slots += qm__class[c].cache_max;
     /* the rings' pages are touched only as they fill */
-    size_t ring_bytes = (size_t)QM_NCLASS * 2 * qm__opt.free_delay * sizeof(delayed_t);
+    size_t ring_bytes = (size_t)QM_NCLASS * 2 * qm__opt.free_delay * sizeof(qm_delayed_t);
     tc = qm__meta_alloc(sizeof *tc + ring_bytes + slots * sizeof(uintptr_t));
     if (!tc)
       return false;
     tc->id = id;
-    tc->rings = (delayed_t *)(tc + 1);
+    tc->rings = (qm_delayed_t *)(tc + 1);
     tc->slots = (uintptr_t *)((char *)tc->rings + ring_bytes);
   }
   rings = tc->rings;
   uintptr_t *s = tc->slots;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     qm__bin[c].count = 0;
-    cc[c] = (checked_class_t){.ring = rings + (size_t)c * 2 * qm__opt.free_delay,
-                              .cap = qm__opt.free_delay ? ring_cap_calc(c) : 0};
+    qm__cc[c] = (qm_checked_t){.slot = qm__cache_checked ? s : NULL,
+                               .ring = rings + (size_t)c * 2 * qm__opt.free_delay,
+                               .cap = qm__opt.free_delay ? ring_cap_calc(c) : 0};
     qm__bin[c].slot = s;
     qm__bin[c].max = qm__cache_checked ? 0 : qm__class[c].cache_max;
     s += qm__class[c].cache_max;
@@ -183,7 +169,7 @@ bool qm__cache_ensure(unsigned want) {
 
 /* The count this thread's bin of class c is kept under. */
 static uint32_t *count_of(unsigned c) {
-  return qm__cache_checked ? &cc[c].count : &qm__bin[c].count;
+  return qm__cache_checked ? &qm__cc[c].count : &qm__bin[c].count;
 }
 
 /* Puts chunk into this thread's bin of class c, first handing half the bin
@@ -203,71 +189,43 @@ static void bin_put(unsigned c, uintptr_t chunk) {
     *n = qm_bin_insert(b->slot, *n, chunk);
 }
 
-/* Checked mode's take: the slot drawn at the last take of this class (or a
- * fresh draw if the bin shrank past it), and the draw for the next one,
- * whose chunk starts coming into the cache now. In checked mode every
- * chunk handed out is read whole (its header, and every byte for
- * zero_on_free) after waiting out free_delay, so it is cold: in small churn
- * under hardening=max those reads were 40% of the time. The next malloc of
- * the class comes a few dozen ops later, time enough for the lines to
- * arrive, too soon for them to leave. */
-QM_INLINE uintptr_t take_checked(unsigned c) {
-  qm_bin_t *b = &qm__bin[c];
-  uint32_t n = cc[c].count;
-  uint32_t i = cc[c].next < n ? cc[c].next : qm_rand_below(n);
-  uintptr_t ch = b->slot[i];
-  b->slot[i] = b->slot[--n];
-  cc[c].count = n;
-  if (n) {
-    uint32_t j = qm_rand_below(n);
-    cc[c].next = j;
-    uintptr_t next = qm_slot_chunk(b->slot[j]);
-    size_t span = qm__opt.zero_on_free ? qm__class[c].size : 64;
-    if (span > 1024)
-      span = 1024; /* past this the hardware prefetcher keeps up with the scan */
-    /* two lines a step: one past a chunk's end is harmless */
-    for (size_t at = 0; at < span; at += 128) {
-      __builtin_prefetch((const void *)(next + at));
-      __builtin_prefetch((const void *)(next + at + 64));
-    }
-  }
-  return ch;
-}
+/* Checked mode's take (qm_checked_draw) on the slow path. */
+static uintptr_t take_checked(unsigned c) { return qm_checked_draw(&qm__cc[c], c); }
 
 /* The ring's oldest chunk into the bin. */
 static void ring_pop(unsigned c) {
-  delayed_t *r = ring_of(c);
-  uintptr_t chunk = r[cc[c].head].chunk;
-  cc[c].head = cc[c].head + 1 == ring_cap(c) ? 0 : cc[c].head + 1;
-  cc[c].n--;
+  qm_delayed_t *r = ring_of(c);
+  uintptr_t chunk = r[qm__cc[c].head].chunk;
+  qm__cc[c].head = qm__cc[c].head + 1 == ring_cap(c) ? 0 : qm__cc[c].head + 1;
+  qm__cc[c].n--;
   bin_put(c, chunk);
 }
 
 static void ring_push(unsigned c, uintptr_t chunk) {
   uint32_t cap = ring_cap(c);
-  if (cc[c].n == cap) {
+  if (qm__cc[c].n == cap) {
     ring_pop(c);
     atomic_fetch_add_explicit(&delay_early, 1, memory_order_relaxed);
   }
-  uint32_t at = cc[c].head + cc[c].n;
-  ring_of(c)[at >= cap ? at - cap : at] = (delayed_t){chunk, cc[c].clock};
-  cc[c].n++;
+  uint32_t at = qm__cc[c].head + qm__cc[c].n;
+  ring_of(c)[at >= cap ? at - cap : at] = (qm_delayed_t){chunk, qm__cc[c].clock};
+  qm__cc[c].n++;
 }
 
 /* A malloc of class c: chunks freed more than free_delay mallocs ago may
  * serve it now. */
 static void ring_tick(unsigned c) {
-  uint32_t now = ++cc[c].clock;
-  while (cc[c].n && now - ring_of(c)[cc[c].head].at > qm__opt.free_delay)
+  uint32_t now = ++qm__cc[c].clock;
+  while (qm__cc[c].n && now - ring_of(c)[qm__cc[c].head].at > qm__opt.free_delay)
     ring_pop(c);
 }
 
 static void ring_flush(void) {
   for (unsigned c = 0; c < QM_NCLASS; c++)
-    while (cc[c].n) {
-      delayed_t *d = &ring_of(c)[cc[c].head];
-      cc[c].head = cc[c].head + 1 == ring_cap(c) ? 0 : cc[c].head + 1;
-      cc[c].n--;
+    while (qm__cc[c].n) {
+      qm_delayed_t *d = &ring_of(c)[qm__cc[c].head];
+      qm__cc[c].head = qm__cc[c].head + 1 == ring_cap(c) ? 0 : qm__cc[c].head + 1;
+      qm__cc[c].n--;
       qm__central_give(c, group, &d->chunk, 1);
     }
 }
@@ -296,58 +254,17 @@ uintptr_t qm__cache_take_slow(unsigned c) {
   return qm__cache_checked ? take_checked(c) : b->slot[--*n];
 }
 
-/* Checked mode's bin put: on top (the take draws at random), half the bin
- * to the central list first when it is full. */
-QM_INLINE void checked_put(unsigned c, uintptr_t chunk) {
-  uint32_t n = cc[c].count;
-  if (QM_UNLIKELY(n == qm__class[c].cache_max)) {
-    bin_put(c, chunk);
-    return;
-  }
-  qm__bin[c].slot[n] = chunk;
-  cc[c].count = n + 1;
+void qm__cache_put_full(unsigned c, uintptr_t chunk) { bin_put(c, chunk); }
+
+uintptr_t qm__cache_refill_checked(unsigned c) {
+  qm_checked_t *k = &qm__cc[c];
+  k->count = qm__central_take(c, group, k->slot, (qm__class[c].cache_max + 1) / 2);
+  return k->count ? qm_checked_draw(k, c) : 0;
 }
 
-uintptr_t qm__cache_take_checked(unsigned c) {
-  if (QM_UNLIKELY(state != TC_LIVE))
-    return qm__cache_take_slow(c);
-  if (qm__opt.free_delay) {
-    /* ring_tick, with checked_put */
-    uint32_t now = ++cc[c].clock, d = qm__opt.free_delay;
-    delayed_t *r = ring_of(c);
-    while (cc[c].n && now - r[cc[c].head].at > d) {
-      uintptr_t chunk = r[cc[c].head].chunk;
-      cc[c].head = cc[c].head + 1 == ring_cap(c) ? 0 : cc[c].head + 1;
-      cc[c].n--;
-      checked_put(c, chunk);
-    }
-  }
-  if (QM_UNLIKELY(!cc[c].count)) {
-    cc[c].count = qm__central_take(c, group, qm__bin[c].slot, (qm__class[c].cache_max + 1) / 2);
-    if (!cc[c].count)
-      return 0;
-  }
-  return take_checked(c);
-}
-
-void qm__cache_give_checked(uintptr_t chunk, unsigned c) {
-  if (QM_UNLIKELY(state != TC_LIVE)) {
-    qm__cache_give_slow(chunk, c);
-    return;
-  }
-  if (!qm__opt.free_delay) {
-    checked_put(c, chunk);
-    return;
-  }
-  uint32_t cap = ring_cap(c), k = cc[c].n;
-  if (QM_UNLIKELY(k == cap)) {
-    ring_pop(c);
-    atomic_fetch_add_explicit(&delay_early, 1, memory_order_relaxed);
-    k--;
-  }
-  uint32_t at = cc[c].head + k;
-  ring_of(c)[at >= cap ? at - cap : at] = (delayed_t){chunk, cc[c].clock};
-  cc[c].n = k + 1;
+void qm__cache_ring_full(unsigned c) {
+  ring_pop(c);
+  atomic_fetch_add_explicit(&delay_early, 1, memory_order_relaxed);
 }
 
 void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
@@ -384,8 +301,10 @@ static void on_thread_exit(void *arg) {
   if (qm__opt.free_delay)
     ring_flush();
   qm__state_retire(tc->id);
-  for (unsigned c = 0; c < QM_NCLASS; c++)
-    qm__bin[c].max = 0; /* every later call takes the slow path */
+  for (unsigned c = 0; c < QM_NCLASS; c++) {
+    qm__bin[c].max = 0;    /* every later call takes the slow path */
+    qm__cc[c].slot = NULL; /* checked mode's too */
+  }
   state = TC_DEAD;
   qm_lock(&registry_lock);
   if (tc->prev)
@@ -442,9 +361,9 @@ static void fork_reshuffle(void) {
     }
     for (uint32_t i = 0; i < n; i++)
       slot[i] = qm__small_regen(slot[i], c);
-    cc[c].next = n ? qm_rand_below(n) : 0;
+    qm__cc[c].next = n ? qm_rand_below(n) : 0;
     if (qm__opt.free_delay)
-      for (uint32_t i = 0, at = cc[c].head; i < cc[c].n;
+      for (uint32_t i = 0, at = qm__cc[c].head; i < qm__cc[c].n;
            i++, at = at + 1 == ring_cap(c) ? 0 : at + 1)
         ring_of(c)[at].chunk = qm__small_regen(ring_of(c)[at].chunk, c);
   }

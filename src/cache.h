@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "options.h"
 #include "primary.h"
 #include "qm.h"
 #include "random.h"
@@ -45,13 +46,119 @@ size_t qm__cache_delay_early(void);
  * given. */
 uintptr_t qm__cache_take_slow(unsigned c);
 void qm__cache_give_slow(uintptr_t chunk, unsigned c);
-/* Checked mode's own take and give, on the calling thread's live cache
- * (else as the slow ones): take ticks the class's delayed-free ring and
- * draws a chunk (0 when the class is exhausted); give puts a chunk the
- * caller zeroed and checked into the ring (or the bin). The caller drained
- * what other threads sent (qm__state_drain) before the take. */
-uintptr_t qm__cache_take_checked(unsigned c);
-void qm__cache_give_checked(uintptr_t chunk, unsigned c);
+/* Checked mode's state of one class of the calling thread (cache.c owns
+ * it), all of it behind one thread-pointer offset: the bin (its count over
+ * the bin's slot array, the slot the next take hands out) and the
+ * delayed-free ring (free_delay = D > 0): a chunk freed waits in a FIFO
+ * ring of its class, stamped with the thread's count of mallocs of the
+ * class, and enters the bin (where malloc can have it) only once that
+ * count has grown by more than D. A ring holds up to 2D chunks and at most
+ * 16 MiB: a thread that frees more within D mallocs pushes its oldest out
+ * early (counted). Rings are emptied into the central lists when the
+ * thread exits. */
+typedef struct qm_delayed {
+  uintptr_t chunk;
+  uint32_t at; /* the class's malloc count at the free */
+} qm_delayed_t;
+typedef struct qm_checked {
+  uintptr_t *slot;       /* the bin's slot array; NULL while the thread has no live cache */
+  qm_delayed_t *ring;    /* the class's ring (free_delay > 0) */
+  uint32_t count;        /* chunks in the bin */
+  uint32_t next;         /* the slot the next take hands out, drawn (and its
+                          * chunk prefetched) at the take before */
+  uint32_t clock;        /* the thread's mallocs of the class */
+  uint32_t head, n, cap; /* the ring: oldest entry, entries, capacity */
+} qm_checked_t;
+extern __thread qm_checked_t qm__cc[QM_NCLASS] __attribute__((tls_model("initial-exec")));
+
+/* Checked mode's rare cases, out of line: the bin full (half of it to the
+ * central list, then chunk in), empty (refilled from the central list,
+ * then drawn from; 0 when the class is exhausted), the ring full (its
+ * oldest into the bin early, counted). */
+void qm__cache_put_full(unsigned c, uintptr_t chunk);
+uintptr_t qm__cache_refill_checked(unsigned c);
+void qm__cache_ring_full(unsigned c);
+
+QM_INLINE void qm_checked_put(qm_checked_t *k, unsigned c, uintptr_t chunk) {
+  if (QM_UNLIKELY(k->count == qm__class[c].cache_max)) {
+    qm__cache_put_full(c, chunk);
+    return;
+  }
+  k->slot[k->count++] = chunk;
+}
+
+/* Checked mode's draw from a bin that is not empty: the slot drawn at the
+ * last take of this class (or a fresh draw if the bin shrank past it), and
+ * the draw for the next one, whose chunk starts coming into the cache now.
+ * In checked mode every chunk handed out is read whole (its header, and
+ * every byte for zero_on_free) after waiting out free_delay, so it is
+ * cold: in small churn under hardening=max those reads were 40% of the
+ * time. The next malloc of the class comes a few dozen ops later, time
+ * enough for the lines to arrive, too soon for them to leave. */
+QM_INLINE uintptr_t qm_checked_draw(qm_checked_t *k, unsigned c) {
+  uint32_t n = k->count;
+  uint32_t i = k->next < n ? k->next : qm_rand_below(n);
+  uintptr_t ch = k->slot[i];
+  k->slot[i] = k->slot[--n];
+  k->count = n;
+  if (n) {
+    uint32_t j = qm_rand_below(n);
+    k->next = j;
+    uintptr_t next = k->slot[j] & (((uintptr_t)1 << 48) - 1); /* its chunk */
+    size_t span = qm__opt.zero_on_free ? qm__class[c].size : 64;
+    if (span > 1024)
+      span = 1024; /* past this the hardware prefetcher keeps up with the scan */
+    /* two lines a step: one past a chunk's end is harmless */
+    for (size_t at = 0; at < span; at += 128) {
+      __builtin_prefetch((const void *)(next + at));
+      __builtin_prefetch((const void *)(next + at + 64));
+    }
+  }
+  return ch;
+}
+
+/* Checked mode's take of a chunk of class c (0 when the class is
+ * exhausted): the ring ticks, its chunks older than D mallocs go to the
+ * bin, one is drawn. The caller drained what other threads sent
+ * (qm__state_drain) first. */
+QM_INLINE uintptr_t qm_cache_take_checked(unsigned c) {
+  qm_checked_t *k = &qm__cc[c];
+  if (QM_UNLIKELY(!k->slot))
+    return qm__cache_take_slow(c);
+  uint32_t d = (uint32_t)qm__opt.free_delay;
+  if (d) {
+    uint32_t now = ++k->clock;
+    while (k->n && now - k->ring[k->head].at > d) {
+      uintptr_t chunk = k->ring[k->head].chunk;
+      k->head = k->head + 1 == k->cap ? 0 : k->head + 1;
+      k->n--;
+      qm_checked_put(k, c, chunk);
+    }
+  }
+  if (QM_UNLIKELY(!k->count))
+    return qm__cache_refill_checked(c);
+  return qm_checked_draw(k, c);
+}
+
+/* Checked mode's give of a chunk the caller zeroed and checked: into the
+ * ring (or the bin when free_delay is 0). */
+QM_INLINE void qm_cache_give_checked(uintptr_t chunk, unsigned c) {
+  qm_checked_t *k = &qm__cc[c];
+  if (QM_UNLIKELY(!k->slot)) {
+    qm__cache_give_slow(chunk, c);
+    return;
+  }
+  if (!qm__opt.free_delay) {
+    qm_checked_put(k, c, chunk);
+    return;
+  }
+  if (QM_UNLIKELY(k->n == k->cap))
+    qm__cache_ring_full(c);
+  uint32_t at = k->head + k->n;
+  k->ring[at >= k->cap ? at - k->cap : at] = (qm_delayed_t){chunk, k->clock};
+  k->n++;
+}
+
 /* Gives the calling thread its cache (and owner id) if it has none yet and
  * may have one, taking id `want` if an exited thread left it (0: any);
  * whether it has one now. A thread whose first act is to free what an

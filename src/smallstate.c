@@ -746,7 +746,7 @@ void *qm__small_malloc_checked(size_t n) {
   void *p = NULL;
   /* as small_alloc_plain: a larger class when this one's region is full */
   for (unsigned c = qm_class_of(n); c < QM_NCLASS; c++) {
-    uintptr_t s = qm__cache_take_checked(c);
+    uintptr_t s = qm_cache_take_checked(c);
     if (QM_LIKELY(s)) {
       p = hand_out(s, c, n, QM_MIN_ALIGN);
       break;
@@ -817,7 +817,7 @@ QM_INLINE bool free_checked(uintptr_t a, uintptr_t off) {
     if (QM_UNLIKELY(bad))
       neighbour_error(side[k], v, bad, k ? -1 : 1, a);
   }
-  qm__cache_give_checked(qm_slot_make(a, qm_e_gen(fw)), c);
+  qm_cache_give_checked(qm_slot_make(a, qm_e_gen(fw)), c);
   return true;
 }
 
