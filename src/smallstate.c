@@ -182,7 +182,7 @@ __attribute__((target("avx2"))) static size_t nonzero_avx2(uintptr_t ch, size_t 
  * step, ORed in 16-byte vectors (32-byte ones with AVX2): a word at a
  * time cost 4 instructions per 8 bytes, the largest cost of hardening=max
  * in small churn. */
-static void check_zero(uintptr_t ch, unsigned c) {
+QM_INLINE void check_zero(uintptr_t ch, unsigned c) {
 #if defined(__x86_64__)
   if (QM_LIKELY(qm__avx2)) {
     size_t size = qm__class[c].size, at = nonzero_avx2(ch, size);
@@ -944,11 +944,19 @@ void qm__free_nested(void *p) {
   }
 }
 
+static void free_general(void *p, uintptr_t off);
+
 void qm__small_free_slow(void *p, uintptr_t off) {
   if (qm__cache_checked && QM_LIKELY(free_checked((uintptr_t)p, off))) {
     qm_freeing_clear();
     return;
   }
+  free_general(p, off);
+}
+
+/* Everything but checked mode's own frees (kept apart: its registers
+ * would be saved on that path too). */
+static __attribute__((noinline)) void free_general(void *p, uintptr_t off) {
   if ((off >> qm__rshift) == QM_ZCLASS) {
     qm__zero_free(p, QM_OP_FREE);
     qm_freeing_clear();
