@@ -33,6 +33,21 @@ namespace {
 
 constexpr size_t KiB = 1024, MiB = 1024 * 1024;
 
+// The library runs no belt in a build under AddressSanitizer (secondary.c).
+constexpr bool asan_build() {
+#if defined(__SANITIZE_ADDRESS__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
 // Options changed by a test, restored after it.
 // Each starts with an empty quarantine, so that "the chunk freed here is the
 // one reused" does not depend on what earlier tests left behind.
@@ -41,9 +56,11 @@ protected:
   void SetUp() override {
     // the secondary set up with this process's options, whatever a test
     // sets later: the belt is reserved (or not) at the first large malloc.
-    // Only where there can be a belt: elsewhere flushing the chunk would
-    // break its window, and warn.
+    // Only where there can be a belt (as belt_on() says): elsewhere flushing
+    // the chunk would break its window, and the warning would come before
+    // the report a death test expects.
     static bool ready = qm_probe_result()->strategy == QM_STRATEGY_PROTECT &&
+                        qm_probe_result()->faults_move_protect == 0 && !asan_build() &&
                         qmt_option("window_gb") && (qm_free(qm_malloc(MiB)), true);
     (void)ready;
     qmt_quarantine_flush();
@@ -143,21 +160,6 @@ struct PinnedAndDrained {
       sched_setaffinity(0, sizeof old, &old);
   }
 };
-
-// The library runs no belt in a build under AddressSanitizer (secondary.c).
-constexpr bool asan_build() {
-#if defined(__SANITIZE_ADDRESS__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  return true;
-#else
-  return false;
-#endif
-#else
-  return false;
-#endif
-}
 
 // The point of the protect strategy: free + reuse of a written 1 MiB chunk
 // and rewriting all of it take no page fault at all.
