@@ -32,9 +32,11 @@ QM_INLINE uint32_t qm_bin_insert(uintptr_t *slot, uint32_t n, uintptr_t chunk) {
  * the checks the fast paths leave out. Set once, by init, before any
  * allocation. */
 extern QM_HIDDEN bool qm__cache_checked;
-/* Whether the CPU (and the kernel) run AVX2: checked mode then checks and
- * zeroes chunks 32 bytes a step. Set by init, before any allocation. */
-extern QM_HIDDEN bool qm__avx2;
+/* The widest vectors the CPU (and the kernel) run: 2 for AVX-512F, 1 for
+ * AVX2, 0 for neither. Checked mode's zero check (and, with AVX-512, its
+ * zeroing) takes 64 or 32 bytes a step with them. Set by init, before any
+ * allocation. */
+extern QM_HIDDEN uint8_t qm__vec;
 #ifdef QM_TEST_HOOKS
 /* Test hook: chunks that left a delayed-free ring early (the ring was full). */
 size_t qm__cache_delay_early(void);

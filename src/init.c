@@ -171,19 +171,21 @@ static void fork_child(void) {
 
 static __thread bool initializing __attribute__((tls_model("initial-exec")));
 
-/* AVX2, and the kernel saving the YMM registers (XCR0 bits 1 and 2). */
-static bool cpu_avx2(void) {
+/* The widest vectors the CPU runs and the kernel saves (XCR0): 2 for
+ * AVX-512F (opmask and ZMM state too, bits 5-7), 1 for AVX2 (YMM state,
+ * bits 1-2), else 0. */
+static uint8_t cpu_vec(void) {
 #if defined(__x86_64__)
   unsigned a, b, c, d, lo, hi;
   if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE) || !(c & bit_AVX))
-    return false;
+    return 0;
   __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   (void)hi;
-  if ((lo & 6) != 6)
-    return false;
-  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX2);
+  if ((lo & 6) != 6 || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & bit_AVX2))
+    return 0;
+  return (b & bit_AVX512F) && (lo & 0xe6) == 0xe6 ? 2 : 1;
 #else
-  return false;
+  return 0;
 #endif
 }
 
@@ -208,7 +210,7 @@ void qm__init_slow(void) {
   qm__secret = qm_random_u64() | 1;
   qm__cache_checked =
       qm__opt.hardening == QM_HARDENING_MAX || qm__opt.zero_on_free || qm__opt.free_delay;
-  qm__avx2 = cpu_avx2();
+  qm__vec = cpu_vec();
   /* the largest class serves QM_SMALL_MAX bytes (its canary takes the
    * rest): requests past it are large whatever the threshold */
   size_t limit = qm__opt.large_threshold_kb << 10;

@@ -42,7 +42,7 @@ RO uintptr_t qm__boot_base;
 RO size_t qm__page;
 RO unsigned qm__page_shift;
 RO bool qm__cache_checked;
-RO bool qm__avx2;
+RO uint8_t qm__vec;
 RO struct qm_state_meta *qm__smeta;
 /* The primary's steering state (committed bytes and central lists, see
  * primary.c): until init maps it, a zeroed array that nothing writes (no
