@@ -506,6 +506,9 @@ static __thread msgb_t *spare_local __attribute__((tls_model("initial-exec")));
 static __thread unsigned spare_local_n __attribute__((tls_model("initial-exec")));
 
 static __thread msgb_t *outbox __attribute__((tls_model("initial-exec")));
+/* the inbox of this thread's id while it has one, else NULL (drain_due's
+ * one load) */
+static __thread _Atomic(msgb_t *) *my_inbox __attribute__((tls_model("initial-exec")));
 /* Frees re-entered from signal handlers (user pointer | generation << 48,
  * the chunk made SENT), settled at the next refill: a ring the handler
  * only appends to (slot, then nested_tail) and the refill only takes from
@@ -790,8 +793,7 @@ void qm__state_drain(void) {
 /* Whether qm__state_drain has anything to do: frees other threads sent
  * this one, or frees re-entered from a signal handler. */
 QM_INLINE bool drain_due(void) {
-  unsigned me = my_id();
-  return (me && atomic_load_explicit(&owners[me].inbox, memory_order_relaxed)) ||
+  return (my_inbox && atomic_load_explicit(my_inbox, memory_order_relaxed)) ||
          nested_head != nested_tail;
 }
 
@@ -883,6 +885,7 @@ void qm__state_adopt(unsigned id) {
   atomic_store_explicit(&o->inbox, NULL, memory_order_relaxed);
   qm_unlock(&o->lock);
   qm__me = (uint64_t)QM_CHUNK_ALLOC << QM_E_STATE_SHIFT | (uint64_t)id << QM_E_OWNER_SHIFT;
+  my_inbox = &o->inbox;
 }
 
 /* Closes id's inbox and applies what was in it, as a sender would (under
@@ -905,6 +908,7 @@ static void close_inbox(unsigned id, bool locked) {
 
 void qm__state_retire(unsigned id) {
   qm__me = QM_E_NOBODY; /* later frees here go through the closed path */
+  my_inbox = NULL;
   close_inbox(id, true);
   if (spare_local) /* the thread's emptied batches, for the others */
     spare_give(spare_local, spare_local_n);
