@@ -64,6 +64,19 @@ typedef enum qm_strategy {
 } qm_strategy_t;
 const char *qm_strategy_name(int strategy);
 
+/* How the belt (window_gb) reuses a freed chunk's pages at another address. */
+typedef enum qm_belt_way {
+  QM_BELT_IN_PLACE = 0, /* no belt: chunks reused in place (no fault-free way) */
+  QM_BELT_PROTECT = 1,  /* pages wait PROT_NONE at the freed address, moved at
+                           reuse, then opened with mprotect(RW): fault-free
+                           only with the mprotect fast path */
+  QM_BELT_MOVE = 2      /* pages moved away RW at free to a pool the program
+                           never sees, the freed range mapped afresh PROT_NONE,
+                           and moved back at reuse: no mprotect, fault-free on
+                           any kernel with MREMAP_DONTUNMAP (5.7+) */
+} qm_belt_way_t;
+const char *qm_belt_way_name(int way);
+
 /* What the kernel does when a PROT_NONE range is made PROT_READ|PROT_WRITE
  * again, found by counting minor faults, never from the version number. */
 typedef struct qm_probe_result {
@@ -89,8 +102,12 @@ typedef struct qm_probe_result {
      then opened with mprotect(RW) (pages that waited at the freed
      address), and RW, moved away and back with no mprotect at all (pages
      moved at free); -1 where it could not be measured (no MREMAP_DONTUNMAP
-     before Linux 5.7). The belt is used only where the first is 0. */
+     before Linux 5.7). */
   long faults_move_protect, faults_move_rw;
+  /* qm_belt_way_t the belt reuses pages by where it runs (window_gb), and
+     why, in words */
+  int belt_way;
+  char belt_reason[160];
 } qm_probe_result_t;
 
 /* The verdict the allocator runs on (probing on first call). */
@@ -105,6 +122,15 @@ int qm_probe_run(qm_probe_result_t *out, int full);
  * per iteration (x1000, exact) and the median ns of an iteration. */
 int qm_strategy_cost(int strategy, size_t bytes, unsigned touch_pages, unsigned iters,
                      uint64_t *faults_x1000, uint64_t *median_ns);
+
+/* The same for the belt's ways (QM_BELT_PROTECT, QM_BELT_MOVE): a chunk of
+ * `bytes` freed and reused at the next place of a reservation, its pages
+ * moved there, every page rewritten, `iters` times after one warm-up (the
+ * dead ranges are mapped afresh outside the timing, as the belt does in
+ * batches). EINVAL for another way; ENOMEM, or EINVAL without
+ * MREMAP_DONTUNMAP (Linux 5.7). */
+int qm_belt_way_cost(int way, size_t bytes, unsigned iters, uint64_t *faults_x1000,
+                     uint64_t *median_ns);
 
 typedef struct qm_stats {
   /* syscalls qmalloc made, by kind; skipped: protection changes not made
@@ -144,6 +170,10 @@ typedef struct qm_stats {
      reuses that moved a freed chunk's pages to a range carved afresh */
   uint64_t belt_reserved_bytes, belt_window_bytes, belt_mappings;
   uint64_t belt_fresh, belt_moves;
+  /* qm_belt_way_t in force (QM_BELT_IN_PLACE without a belt), and the frees
+     whose pages moved to the belt's pool (belt_way=move) */
+  int belt_way;
+  uint64_t belt_pooled;
 } qm_stats_t;
 void qm_stats(qm_stats_t *out);
 

@@ -9,9 +9,13 @@
  * dead range is mapped afresh PROT_NONE (alone, or with its whole segment
  * once the segment holds no chunk) so that it merges back into the
  * reservation: the belt holds a bounded number of mappings and gives its
- * page tables back. State under BT.lock, a leaf (taken inside the
- * secondary's); syscalls without it. Fixed state (base, length, segment
- * table) is sealed in LF.
+ * page tables back. With belt_way=move a second reservation as long, the
+ * mirror, holds the pages of freed chunks (the pool): a chunk's pages wait
+ * at the same offset in it as its range has in the belt, so a pooled
+ * chunk's place in the mirror is its own while its range is not dead, and
+ * a dead range is mapped afresh in both. State under BT.lock, a leaf (taken
+ * inside the secondary's); syscalls without it. Fixed state (base, mirror,
+ * length, segment table) is sealed in LF.
  */
 #include "belt.h"
 
@@ -72,10 +76,11 @@ static uint64_t window_bytes(void) {
 }
 
 /* The reservation: twice the window, less where RLIMIT_AS leaves less (a
- * quarter of what is left under it, so that the program keeps the rest),
- * halved while the kernel refuses it (a 47-bit address space holds 128 TiB;
- * an emulator may hold less). */
-static size_t reservation_bytes(void) {
+ * quarter of what is left under it, so that the program keeps the rest;
+ * the belt and its mirror share that quarter), halved while the kernel
+ * refuses it (a 47-bit address space holds 128 TiB; an emulator may hold
+ * less). */
+static size_t reservation_bytes(bool mirror) {
   size_t want = (size_t)qm__opt.window_gb << 31;
   struct rlimit rl;
   if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
@@ -86,29 +91,44 @@ static size_t reservation_bytes(void) {
         vm = vm * 10 + (*c - '0');
     size_t used = (size_t)vm << qm__page_shift;
     size_t left = rl.rlim_cur > used ? (size_t)rl.rlim_cur - used : 0;
-    if (want > left / 4)
-      want = left / 4;
+    size_t share = left / 4 / (mirror ? 2 : 1);
+    if (want > share)
+      want = share;
   }
   return want & ~(SEG - 1);
 }
 
-void qm__belt_init(void) {
+/* len bytes of PROT_NONE reservation at a segment-aligned address, so
+ * that a segment mapped afresh frees whole page tables (and a huge page's
+ * place in the mirror is as aligned as in the belt); 0 if refused. */
+static uintptr_t reserve_aligned(size_t len) {
+  void *res;
+  if (qm_os_reserve(len + SEG, &res))
+    return 0;
+  /* the slack goes back at once */
+  uintptr_t b = qm_align_up((uintptr_t)res, SEG);
+  if (b > (uintptr_t)res)
+    qm_os_unmap(res, b - (uintptr_t)res);
+  if ((uintptr_t)res + SEG > b)
+    qm_os_unmap((void *)(b + len), (uintptr_t)res + SEG - b);
+  return b;
+}
+
+void qm__belt_init(bool mirror) {
   if (!qm__opt.window_gb || LF.belt_base)
     return;
-  for (size_t len = reservation_bytes(); len >= MIN_SEGS * SEG; len = (len / 2) & ~(SEG - 1)) {
+  for (size_t len = reservation_bytes(mirror); len >= MIN_SEGS * SEG;
+       len = (len / 2) & ~(SEG - 1)) {
     size_t nseg = len >> SEG_SHIFT;
-    void *segs, *res;
+    void *segs;
     if (qm_os_map_guarded(qm_page_up(nseg * sizeof(belt_seg_t)), QM_PROT_RW, &segs))
       return;
-    if (qm_os_reserve(len + SEG, &res) == 0) {
-      /* segment-aligned, so that a segment mapped afresh frees whole page
-       * tables; the slack goes back at once */
-      uintptr_t b = qm_align_up((uintptr_t)res, SEG);
-      if (b > (uintptr_t)res)
-        qm_os_unmap(res, b - (uintptr_t)res);
-      if ((uintptr_t)res + SEG > b)
-        qm_os_unmap((void *)(b + len), (uintptr_t)res + SEG - b);
+    uintptr_t b = reserve_aligned(len), m = b && mirror ? reserve_aligned(len) : 0;
+    if (b && mirror && !m)
+      qm_os_unmap((void *)b, len);
+    if (b && (m || !mirror)) {
       LF.belt_base = b;
+      LF.belt_mirror = m;
       LF.belt_len = len;
       LF.belt_nseg = nseg;
       LF.belt_seg = segs;
@@ -123,6 +143,11 @@ void qm__belt_init(void) {
 }
 
 bool qm__belt_on(void) { return LF.belt_base && qm__opt.window_gb; }
+
+uintptr_t qm__belt_shadow(uintptr_t a) {
+  QM_CHECK(LF.belt_mirror && a - LF.belt_base < LF.belt_len);
+  return LF.belt_mirror + (a - LF.belt_base);
+}
 
 uint64_t qm__belt_odometer(void) { return atomic_load_explicit(&BT.odo, memory_order_relaxed); }
 
@@ -260,6 +285,19 @@ bool qm__belt_release(uintptr_t base, size_t span, uint64_t free_odo, uint64_t f
 
 int qm__belt_clean(uintptr_t base, size_t span) { return qm_os_reserve_fixed((void *)base, span); }
 
+int qm__belt_clean_shadow(uintptr_t base, size_t span) {
+  return qm_os_reserve_fixed((void *)qm__belt_shadow(base), span);
+}
+
+/* A dead range or segment mapped afresh, and its place in the mirror,
+ * which a pooled chunk's pages may have left RW and empty. */
+static int clean_both(uintptr_t base, size_t span) {
+  int err = qm__belt_clean(base, span);
+  if (!err && LF.belt_mirror)
+    err = qm__belt_clean_shadow(base, span);
+  return err;
+}
+
 void qm__belt_tidy(void) {
   pend_t p[PEND];
   size_t w[WHOLE];
@@ -297,12 +335,12 @@ void qm__belt_tidy(void) {
     uintptr_t end = p[k].base + p[k].len;
     for (run = 1; k + run < np && p[k + run].base == end; run++)
       end = p[k + run].base + p[k + run].len;
-    int err = qm__belt_clean(p[k].base, end - p[k].base);
+    int err = clean_both(p[k].base, end - p[k].base);
     for (unsigned j = k; j < k + run; j++)
       perr[j] = err;
   }
   for (unsigned k = 0; k < nw; k++)
-    werr[k] = qm__belt_clean(LF.belt_base + (w[k] << SEG_SHIFT), SEG);
+    werr[k] = clean_both(LF.belt_base + (w[k] << SEG_SHIFT), SEG);
   qm_lock(&BT.lock);
   for (unsigned k = 0; k < np; k++) {
     belt_seg_t *g = seg_at(p[k].seg);
@@ -332,8 +370,8 @@ void qm__belt_stats(uint64_t *reserved, uint64_t *window, uint64_t *maps) {
   *reserved = LF.belt_len;
   *window = LF.belt_base ? window_bytes() : 0;
   /* the reservation's own pieces, the queued ranges (a range left by a
-   * move may be two), the queued segments */
-  *maps = LF.belt_base ? 1 + 2 * (uint64_t)BT.npend + BT.nwhole : 0;
+   * move may be two), the queued segments; as many again in the mirror */
+  *maps = LF.belt_base ? (1 + 2 * (uint64_t)BT.npend + BT.nwhole) * (LF.belt_mirror ? 2 : 1) : 0;
   qm_unlock(&BT.lock);
 }
 

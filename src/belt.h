@@ -15,9 +15,10 @@
 #include "strategy.h"
 
 /* Reserves the belt, as window_gb asks and RLIMIT_AS allows (at the
- * secondary's set-up, under its init lock). Nothing if window_gb is 0, or
- * where not even a small reservation can be had. */
-void qm__belt_init(void);
+ * secondary's set-up, under its init lock), and with mirror the pool's
+ * mirror of it. Nothing if window_gb is 0, or where not even a small
+ * reservation can be had. */
+void qm__belt_init(bool mirror);
 /* Whether new chunks come from the belt now (window_gb may change). */
 bool qm__belt_on(void);
 /* Carves a range: a guard page (and a random few more), usable_len bytes
@@ -40,6 +41,12 @@ bool qm__belt_release(uintptr_t base, size_t span, uint64_t free_odo, uint64_t f
 /* Maps a dead range afresh PROT_NONE, its pages and page tables gone; 0 or
  * ENOMEM (at the mapping cap: the range stays as it was). */
 int qm__belt_clean(uintptr_t base, size_t span);
+/* Where the pages of the chunk at a in the belt wait while it is pooled
+ * (belt_way=move): the same offset in the mirror. */
+uintptr_t qm__belt_shadow(uintptr_t a);
+/* The same as qm__belt_clean, for a range's place in the mirror: its
+ * pooled pages go. (qm__belt_tidy maps both afresh.) */
+int qm__belt_clean_shadow(uintptr_t base, size_t span);
 /* Maps the dead ranges and segments waiting for it afresh, so that the
  * belt holds a bounded number of mappings however many chunks died in it.
  * Syscalls: call without the secondary's lock. */

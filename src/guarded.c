@@ -148,6 +148,10 @@ static bool setup(void) {
   GF.markers = !qm_os_guard_install((void *)GF.cls[0].base, pg);
   const qm_probe_result_t *r = qm__probe();
   GF.strategy = r->strategy;
+  /* protect without the fast path is the belt's (its pool moves pages,
+   * secondary.c); a slot would refault every page it kept */
+  if (GF.strategy == QM_STRATEGY_PROTECT && !r->fast_dirty && qm__opt.strategy == QM_STRAT_AUTO)
+    GF.strategy = QM_STRATEGY_GUARD;
   if (GF.strategy == QM_STRATEGY_GUARD && !GF.markers)
     GF.strategy = QM_STRATEGY_DISCARD;
   if (GF.strategy != QM_STRATEGY_DISCARD && GF.strategy != QM_STRATEGY_GUARD)

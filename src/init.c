@@ -244,6 +244,10 @@ void qm__init_slow(void) {
     qm_buf_str(&b, qm_strategy_name(r->strategy));
     qm_buf_str(&b, ": ");
     qm_buf_str(&b, r->reason);
+    qm_buf_str(&b, "\nqmalloc: belt way ");
+    qm_buf_str(&b, qm_belt_way_name(r->belt_way));
+    qm_buf_str(&b, ": ");
+    qm_buf_str(&b, r->belt_reason);
     qm_buf_str(&b, "\n");
     qm__report_out(&b);
   }

@@ -69,7 +69,15 @@ typedef struct block {
    * and the like), 0 for malloc's and after a realloc: what
    * free_aligned_sized checks */
   uint8_t ashift;
+  uint8_t pool; /* P_* below: where a freed belt chunk's pages wait */
 } block_t;
+
+/* P_POOLED: a QUAR (or BUSY, freed) belt chunk whose pages were moved away
+ * at free (belt_way=move): they wait RW at qm__belt_shadow(usable), dirty
+ * pages of them, out of the program's reach. P_CLEAN: its own range was
+ * mapped afresh PROT_NONE then (it merged back into the belt); else it was
+ * made PROT_NONE by mprotect and must be mapped afresh when it dies. */
+enum { P_POOLED = 1, P_CLEAN = 2 };
 
 typedef struct slot {
   uintptr_t key; /* a chunk's user pointer (user_of); 0 = empty */
@@ -114,6 +122,7 @@ typedef struct qm_large {
   uint32_t dead[DEAD_MAX];
   size_t dead_head, dead_n;
   uint64_t belt_fresh, belt_moves, buried; /* belt chunks carved, reuses by move, buried */
+  uint64_t belt_pooled;                    /* frees whose pages moved to the mirror */
   /* the address index: records by the 16 MiB granule of their base, the
    * few spanning more than ABIG on one list; heads, linked by anext */
   _Atomic uint32_t abucket[ABUCKETS], abig;
@@ -239,6 +248,10 @@ size_t qm__q_mapped_bytes(void);
 /* Buries a BUSY belt chunk that left the user (quarantine.c). */
 bool qm__q_bury_locked(uint32_t i, bool clean);
 void qm__q_bury(uint32_t i);
+/* The same for a chunk whose range is never given back to the belt (a
+ * failed move may have left a hole in the mirror where its pages were to
+ * go): its segments are never carved again. */
+void qm__q_entomb_locked(uint32_t i);
 /* Warns, once per process, if a window chunk was ever given up. Without
  * S.lock. */
 void qm__q_breach_warn(void);

@@ -215,7 +215,13 @@ int qm_os_move(void *old, size_t len, void *to, bool dontunmap) {
   int flags = MREMAP_MAYMOVE | MREMAP_FIXED | (dontunmap ? MREMAP_DONTUNMAP : 0);
   int saved = errno;
   void *r = mremap(old, len, len, flags, to);
-  return r == MAP_FAILED ? check("mremap", old, len, true, saved) : 0;
+  if (r != MAP_FAILED)
+    return 0;
+  if (errno == EFAULT) { /* several VMAs, where the kernel moves one only */
+    errno = saved;
+    return EFAULT;
+  }
+  return check("mremap", old, len, true, saved);
 }
 
 /* One mremap() of a range made of several VMAs: 5.10 and 5.15 refuse it

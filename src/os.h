@@ -4,7 +4,8 @@
  * always goes back to the caller, who must degrade (EAGAIN, memory that
  * RLIMIT_MEMLOCK does not let be locked under mlockall, counts as ENOMEM); EINVAL goes back only
  * from the calls that probe optional kernel features (guard regions,
- * MREMAP_DONTUNMAP); any other errno is a fatal report. A zero-length call,
+ * MREMAP_DONTUNMAP), and EFAULT only from qm_os_move; any other errno is a
+ * fatal report. A zero-length call,
  * or a protection change to the state the range is already in, is not made.
  */
 #ifndef QM_OS_H
@@ -60,7 +61,9 @@ int qm_os_guard_install(void *p, size_t len);
 int qm_os_guard_remove(void *p, size_t len);
 /* Moves the pages of [old, old+len) to [to, to+len), which must be mapped and
  * is replaced. With dontunmap (MREMAP_DONTUNMAP, Linux 5.7) the old range
- * stays mapped, empty; EINVAL where the kernel lacks it. */
+ * stays mapped, empty; EINVAL where the kernel lacks it; EFAULT where the
+ * range is several VMAs and the kernel moves one only (5.10, 5.15: see
+ * qm_os_move_spans_vmas), the destination then maybe unmapped. */
 int qm_os_move(void *old, size_t len, void *to, bool dontunmap);
 /* Whether one qm_os_move() may take a range made of several VMAs. Tested
  * once, on scratch pages; false until a test could be made. */

@@ -236,6 +236,63 @@ out:
   return err;
 }
 
+static void set_way_reason(qm_probe_result_t *r, const char *a, long n1, const char *b, long n2,
+                           const char *c) {
+  qm_probe_result_t t;
+  set_reason(&t, a, n1, b, n2, c);
+  size_t n = strnlen(t.reason, sizeof r->belt_reason - 1);
+  memcpy(r->belt_reason, t.reason, n);
+  r->belt_reason[n] = 0;
+}
+
+/* The belt's way, where there is a fast path (fast) or not: forced by
+ * belt_way, else the one whose reuse the probe found fault-free, protect
+ * where both are (MOVE_WHERE_BOTH 0), none (in place) where neither is.
+ * Both are fault-free on 6.18, and there they cost the same within the
+ * noise of a shared VM (large churn after 3000 ops of warm-up, 1500 timed,
+ * three runs each: W=64 425-637 ops/s protect, 423-551 move; faults/op
+ * 0.83-0.87 and 0.63-0.67; W=8 0.40 both), while the move makes more
+ * calls: per op 2 mprotect, 1 mremap, 0.12 mmap against 1.4 mprotect (a
+ * misfit's tail closed at reuse, opened at free: 70% of W=8's reuses), 2
+ * mremap, 1.24 mmap; and it holds the dead ranges' places in the mirror
+ * until they are mapped afresh. */
+#define MOVE_WHERE_BOTH 0
+static void choose_way(qm_probe_result_t *r, bool fast) {
+  bool protect_ok = fast && r->faults_move_protect == 0, move_ok = r->faults_move_rw == 0;
+  uint64_t opt = qm__opt.belt_way;
+  if (r->faults_move_protect < 0) {
+    r->belt_way = QM_BELT_IN_PLACE;
+    set_way_reason(r, "in place: no MREMAP_DONTUNMAP (Linux 5.7), no page can move", -1, "", -1,
+                   "");
+  } else if (opt == QM_WAY_PROTECT || opt == QM_WAY_MOVE) {
+    r->belt_way = opt == QM_WAY_PROTECT ? QM_BELT_PROTECT : QM_BELT_MOVE;
+    bool ok = opt == QM_WAY_PROTECT ? protect_ok : move_ok;
+    set_way_reason(r, "forced by the belt_way option", -1,
+                   ok ? "" : ", though the probe counted faults for it", -1, "");
+  } else if (protect_ok && (!move_ok || !MOVE_WHERE_BOTH)) {
+    r->belt_way = QM_BELT_PROTECT;
+    set_way_reason(r, "protect: pages moved PROT_NONE and opened took 0 faults for ", r->pages,
+                   move_ok ? " pages, as did pages moved RW; protect makes fewer calls"
+                           : " pages (pages moved RW took ",
+                   move_ok ? -1 : r->faults_move_rw, move_ok ? "" : ")");
+  } else if (move_ok) {
+    r->belt_way = QM_BELT_MOVE;
+    if (protect_ok)
+      set_way_reason(r, "move: both ways fault-free (", r->faults_move_protect,
+                     " and 0 faults), the move preferred", -1, "");
+    else
+      set_way_reason(r, "move: pages moved RW took 0 faults for ", r->pages,
+                     fast ? " pages, moved PROT_NONE and opened "
+                          : " pages; no mprotect fast path ("
+                            "moved PROT_NONE and opened: ",
+                     r->faults_move_protect, fast ? "" : ")");
+  } else {
+    r->belt_way = QM_BELT_IN_PLACE;
+    set_way_reason(r, "in place: pages moved faulted either way (", r->faults_move_protect,
+                   " PROT_NONE and opened, ", r->faults_move_rw, " RW)");
+  }
+}
+
 static void choose(qm_probe_result_t *r) {
   static const int forced[] = {0,
                                QM_STRATEGY_PROTECT,
@@ -255,8 +312,10 @@ static void choose(qm_probe_result_t *r) {
     } else {
       set_reason(r, "forced by the strategy option", -1, "", -1, "");
     }
+    choose_way(r, r->fast_dirty == 1);
     return;
   }
+  choose_way(r, r->fast_dirty == 1);
   if (r->fast_dirty) {
     r->strategy = QM_STRATEGY_PROTECT;
     if (r->measured)
@@ -266,6 +325,22 @@ static void choose(qm_probe_result_t *r) {
     else
       set_reason(r, "probe=fast: the kernel is taken to have the mprotect fast path", -1, "", -1,
                  "");
+    return;
+  }
+  /* no fast path, but the belt on and moving pages fault-free: chunks
+   * keep their pages all the same, in the belt's pool (only the belt's
+   * chunks are reused, by moving: secondary.c) */
+  if (qm__opt.window_gb && r->belt_way == QM_BELT_MOVE) {
+    r->strategy = QM_STRATEGY_PROTECT;
+    if (r->measured)
+      set_reason(r, "no mprotect fast path (", r->faults_dirty, " faults rewriting ", r->pages,
+                 " pages), but pages moved RW take none: freed chunks keep their pages in the "
+                 "belt's pool");
+    else
+      set_reason(r,
+                 "probe=slow, but pages moved RW take none: freed chunks keep their pages in "
+                 "the belt's pool",
+                 -1, "", -1, "");
     return;
   }
   r->strategy = r->guard_regions ? QM_STRATEGY_GUARD : QM_STRATEGY_DISCARD;
@@ -299,6 +374,19 @@ const qm_probe_result_t *qm__probe(void) {
 }
 
 QM_EXPORT const qm_probe_result_t *qm_probe_result(void) { return qm__probe(); }
+
+QM_EXPORT const char *qm_belt_way_name(int w) {
+  switch (w) {
+  case QM_BELT_IN_PLACE:
+    return "in-place";
+  case QM_BELT_PROTECT:
+    return "protect";
+  case QM_BELT_MOVE:
+    return "move";
+  default:
+    return "unknown";
+  }
+}
 
 QM_EXPORT const char *qm_strategy_name(int s) {
   switch (s) {
@@ -384,6 +472,75 @@ QM_EXPORT int qm_strategy_cost(int strategy, size_t bytes, unsigned touch_pages,
     *faults_x1000 = (uint64_t)faults * 1000 / iters;
     qm_os_unmap((void *)r.base, r.span);
   }
+  qm_os_unmap(ns, ns_len);
+  return err;
+}
+
+/* ---- measuring the belt's two ways: one chunk freed and reused iters
+ * times, each reuse at the next place of a private reservation, as the
+ * belt's head moves on ---- */
+
+QM_EXPORT int qm_belt_way_cost(int way, size_t bytes, unsigned iters, uint64_t *faults_x1000,
+                               uint64_t *median_ns) {
+  if (!qm__page)
+    qm__init_page_size();
+  if ((way != QM_BELT_PROTECT && way != QM_BELT_MOVE) || !bytes || !iters)
+    return EINVAL;
+  size_t len = qm_page_up(bytes), pg = qm__page, step = len + 2 * pg;
+  size_t span = (size_t)(iters + 2) * step;
+  uint64_t *ns;
+  size_t ns_len = qm_page_up((size_t)iters * sizeof *ns);
+  void *belt = NULL, *mirror = NULL;
+  int err = qm_os_map(ns_len, 0, QM_PROT_RW, (void **)&ns);
+  if (err)
+    return err;
+  if ((err = qm_os_reserve(span, &belt)) ||
+      (way == QM_BELT_MOVE && (err = qm_os_reserve(span, &mirror)))) {
+    if (belt)
+      qm_os_unmap(belt, span);
+    qm_os_unmap(ns, ns_len);
+    return err;
+  }
+  uintptr_t b = (uintptr_t)belt, m = (uintptr_t)mirror;
+  char *p = (char *)(b + pg);
+  if (!(err = qm_os_protect(p, len, QM_PROT_NONE, QM_PROT_RW)))
+    memset(p, 1, len);
+  memset(ns, 0, ns_len); /* its faults must not count */
+  long faults = 0;
+  for (unsigned i = 0; i <= iters && !err; i++) {
+    char *q = p + step, *s = (char *)(m + ((uintptr_t)p - b)); /* p's place in the mirror */
+    long f0 = minflt();
+    uint64_t t0 = mono_ns();
+    if (way == QM_BELT_PROTECT) { /* free: NONE in place; reuse: moved, opened */
+      if (!(err = qm_os_protect(p, len, QM_PROT_RW, QM_PROT_NONE)) &&
+          !(err = qm_os_move(p, len, q, true)))
+        err = qm_os_protect(q, len, QM_PROT_NONE, QM_PROT_RW);
+    } else { /* free: moved away, the range mapped afresh; reuse: moved back */
+      if (!(err = qm_os_move(p, len, s, true)) && !(err = qm_os_reserve_fixed(p, len)))
+        err = qm_os_move(s, len, q, true);
+    }
+    if (!err)
+      for (size_t k = 0; k < len; k += pg)
+        q[k] = (char)i;
+    uint64_t t = mono_ns() - t0;
+    long f = minflt() - f0;
+    if (i) { /* iteration 0 warms up */
+      ns[i - 1] = t;
+      faults += f;
+    }
+    /* the dead range, as the belt maps it afresh later, in a batch */
+    if (!err)
+      err = qm_os_reserve_fixed(way == QM_BELT_PROTECT ? p : s, len);
+    p = q;
+  }
+  if (!err) {
+    sort_u64(ns, iters);
+    *median_ns = ns[iters / 2];
+    *faults_x1000 = (uint64_t)faults * 1000 / iters;
+  }
+  qm_os_unmap(belt, span);
+  if (mirror)
+    qm_os_unmap(mirror, span);
   qm_os_unmap(ns, ns_len);
   return err;
 }

@@ -479,23 +479,36 @@ bool qm__q_enter(uint32_t i, bool dropped) {
  * it is kept, its range goes back to the belt (clean: mapped afresh
  * already), its record to the ring of dead records. Returns whether the
  * caller must qm__belt_tidy(). */
-bool qm__q_bury_locked(uint32_t i, bool clean) {
-  block_t *b = B(i);
+static void entomb(block_t *b) {
   S.mapped_bytes -= b->span;
   S.maps -= b->vmas;
   b->vmas = 0;
   b->rw = b->dirty = 0;
+  b->pool = 0;
   b->state = B_DEAD;
   S.buried++;
+}
+
+bool qm__q_bury_locked(uint32_t i, bool clean) {
+  block_t *b = B(i);
+  entomb(b);
   bool work = qm__belt_release(b->base, b->span, b->odo, b->seq, clean);
   qm__dead_push(i);
   return work;
 }
 
-/* The same, its range mapped afresh first: its pages go at once. */
+void qm__q_entomb_locked(uint32_t i) {
+  entomb(B(i));
+  qm__dead_push(i);
+}
+
+/* The same, its pages dropped first: its range mapped afresh, or for a
+ * pooled chunk (its range mapped afresh at free) its place in the mirror. */
 void qm__q_bury(uint32_t i) {
   block_t *b = B(i);
-  bool clean = qm__belt_clean(b->base, b->span) == 0;
+  bool clean = b->pool & P_POOLED
+                   ? qm__belt_clean_shadow(b->base, b->span) == 0 && (b->pool & P_CLEAN)
+                   : qm__belt_clean(b->base, b->span) == 0;
   qm_lock(&S.lock);
   bool work = qm__q_bury_locked(i, clean);
   qm_unlock(&S.lock);

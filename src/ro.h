@@ -31,10 +31,12 @@ typedef struct qm_large_fixed {
   size_t blk_max;    /* 0 until the table is reserved */
   size_t map_budget; /* mappings the large quarantine may add */
   size_t thp_size;   /* PMD size where THP can be had, else 0 */
-  /* the belt (belt.c): its reservation, 0 without one; its segments */
-  uintptr_t belt_base;
+  /* the belt (belt.c): its reservation, 0 without one; its segments; the
+   * pool's mirror of it (belt_way=move), 0 without one */
+  uintptr_t belt_base, belt_mirror;
   size_t belt_len, belt_nseg;
   struct belt_seg *belt_seg;
+  int belt_way; /* qm_belt_way_t in force */
 } qm_large_fixed_t;
 struct gslot;
 #define QM_GUARDED_CLASSES 8 /* slot classes of 1 .. 128 pages */

@@ -127,6 +127,7 @@ QM_EXPORT void qm_malloc_stats(void) {
   line(&b, "belt mappings (estimate)", s.belt_mappings);
   line(&b, "belt chunks carved fresh", s.belt_fresh);
   line(&b, "belt reuses by moving pages", s.belt_moves);
+  line(&b, "belt frees pooled (way move)", s.belt_pooled);
   line(&b, "threads with a cache", s.threads);
 }
 
@@ -183,6 +184,12 @@ static void probe_row(const qm_probe_result_t *r) {
   qm_buf_str(&b, r->kernel);
   qm_buf_str(&b, "): ");
   qm_buf_str(&b, r->reason);
+  qm_buf_str(&b, "\n");
+  qm__report_out(&b);
+  qm_buf_str(&b, "qmalloc:   belt way ");
+  qm_buf_str(&b, qm_belt_way_name(r->belt_way));
+  qm_buf_str(&b, ": ");
+  qm_buf_str(&b, r->belt_reason);
   qm_buf_str(&b, "\n");
   qm__report_out(&b);
 }

@@ -55,9 +55,25 @@ TEST(Probe, VerdictMatchesAnIndependentFaultCount) {
   EXPECT_EQ(r->fast_dirty, r->faults_dirty == 0);
   if (r->fast_dirty) {
     EXPECT_EQ(r->strategy, QM_STRATEGY_PROTECT) << r->reason;
+  } else if (qmt_option("window_gb") && r->belt_way == QM_BELT_MOVE) { // the belt's pool
+    EXPECT_EQ(r->strategy, QM_STRATEGY_PROTECT) << r->reason;
   } else {
     EXPECT_TRUE(r->strategy == QM_STRATEGY_DISCARD || r->strategy == QM_STRATEGY_GUARD);
   }
+  // the belt's way follows the fault counts: protect only where pages
+  // moved PROT_NONE and opened take none, move only where pages moved RW
+  // take none, in place where neither (belt_way not forced here)
+  if (qmt_option("belt_way") == 0) {
+    if (r->belt_way == QM_BELT_PROTECT) {
+      EXPECT_TRUE(r->fast_dirty && r->faults_move_protect == 0) << r->belt_reason;
+    } else if (r->belt_way == QM_BELT_MOVE) {
+      EXPECT_EQ(r->faults_move_rw, 0) << r->belt_reason;
+    } else {
+      EXPECT_TRUE(r->faults_move_rw != 0 && !(r->fast_dirty && r->faults_move_protect == 0))
+          << r->belt_reason;
+    }
+  }
+  EXPECT_NE(r->belt_reason[0], 0);
   EXPECT_GT(r->probe_ns, 0u);
   EXPECT_NE(r->kernel[0], 0);
 }
@@ -145,6 +161,41 @@ TEST(ForcedSlow, SwitchesTheStrategy) {
   std::memset(p, 1, 1 << 20);
   qm_free(p);
   EXPECT_EQ(qmt_resident(p, 1 << 20), 0u) << "quarantine holds no pages";
+}
+
+// QMALLOC_OPTIONS=probe=slow:window_gb=64, as on a kernel without the
+// mprotect fast path (5.10, 5.15): where pages moved RW take no fault (on
+// every kernel the belt runs on), freed chunks keep their pages in the
+// belt's pool and a reuse takes neither an mprotect nor a fault.
+TEST(ForcedSlowBelt, ThePoolKeepsPagesWithoutTheFastPath) {
+  const qm_probe_result_t *r = qm_probe_result();
+  ASSERT_EQ(r->fast_dirty, 0);
+  ASSERT_EQ(qmt_option("window_gb"), 64u);
+  if (r->faults_move_rw != 0) { // no way is fault-free: pages are dropped
+    EXPECT_EQ(r->belt_way, QM_BELT_IN_PLACE) << r->belt_reason;
+    EXPECT_NE(r->strategy, QM_STRATEGY_PROTECT);
+    return;
+  }
+  EXPECT_EQ(r->belt_way, QM_BELT_MOVE) << r->belt_reason;
+  EXPECT_EQ(r->strategy, QM_STRATEGY_PROTECT) << r->reason;
+  qmt_options_apply("quarantine_min_frees=0:quarantine_min_mb=0");
+  char *p = static_cast<char *>(qm_malloc(1 << 20));
+  std::memset(p, 1, 1 << 20);
+  qm_stats_t before;
+  qm_stats(&before);
+  EXPECT_EQ(before.belt_way, QM_BELT_MOVE);
+  EXPECT_GT(before.belt_reserved_bytes, 0u);
+  qm_free(p);
+  char *q = static_cast<char *>(qm_malloc(1 << 20));
+  long f0 = qmt_minflt();
+  std::memset(q, 2, 1 << 20);
+  EXPECT_EQ(qmt_minflt() - f0, 0);
+  qm_stats_t after;
+  qm_stats(&after);
+  EXPECT_EQ(after.belt_moves, before.belt_moves + 1);
+  EXPECT_EQ(after.sys_mprotect, before.sys_mprotect);
+  qm_free(q);
+  qmt_options_init();
 }
 
 } // namespace

@@ -168,7 +168,7 @@ TEST_F(Large, ReuseTakesNoFaultsOnFastPathKernels) {
   if (r->strategy != QM_STRATEGY_PROTECT || !r->fast_dirty)
     GTEST_SKIP() << "strategy " << qm_strategy_name(r->strategy) << ": " << r->reason;
   for (bool belt : {true, false}) { // the belt first: it is reserved at the first large malloc
-    if (belt && (r->faults_move_protect != 0 || asan_build()))
+    if (belt && (r->belt_way == QM_BELT_IN_PLACE || asan_build()))
       continue; // no belt where moving pages faults, nor under the sanitizer
     set(belt ? "window_gb=64:quarantine_min_frees=0:quarantine_min_mb=0"
              : "window_gb=0:quarantine_min_frees=0:quarantine_min_mb=0");
@@ -193,11 +193,18 @@ TEST_F(Large, ReuseTakesNoFaultsOnFastPathKernels) {
     EXPECT_EQ(faults, 0) << "belt " << belt;
     EXPECT_EQ(after.faults_avoided - before.faults_avoided, MiB / qmt_page());
     EXPECT_EQ(after.reuses, before.reuses + 1);
-    EXPECT_EQ(after.sys_mprotect - before.sys_mprotect, 2u) << "one to retire, one to revive";
+    if (belt && after.belt_way == QM_BELT_MOVE) { // moved away at free, back at reuse
+      EXPECT_EQ(after.sys_mprotect - before.sys_mprotect, 0u) << "moved RW: nothing to open";
+      EXPECT_EQ(after.sys_mremap - before.sys_mremap, 2u);
+    } else {
+      EXPECT_EQ(after.sys_mprotect - before.sys_mprotect, 2u) << "one to retire, one to revive";
+    }
     if (belt) { // the pages moved to a fresh range: the old one still faults
       EXPECT_NE(q, p);
       EXPECT_EQ(after.belt_moves, before.belt_moves + 1);
-      EXPECT_EQ(after.sys_mremap - before.sys_mremap, 1u);
+      if (after.belt_way == QM_BELT_PROTECT) {
+        EXPECT_EQ(after.sys_mremap - before.sys_mremap, 1u);
+      }
       char prot[5];
       qmt_prot_of(p, prot);
       EXPECT_STREQ(prot, "---p");
@@ -1088,18 +1095,36 @@ TEST_F(Large, WindowCheckSeesAShallowWindow) {
 // pages are reused at once, moved to a fresh range ----
 
 // Whether this process runs on the belt: under protect, where the probe
-// found moving pages fault-free. Where it should and has no reservation,
-// the caller's test fails rather than skips.
+// found a way to move pages fault-free (or belt_way forced one). Where it should and has no
+// reservation, the caller's test fails rather than skips.
 bool belt_on() {
   qm_free(qm_malloc(MiB)); // the belt is reserved at the first large malloc
   const qm_probe_result_t *r = qm_probe_result();
-  if (r->strategy != QM_STRATEGY_PROTECT || r->faults_move_protect != 0 ||
+  if (r->strategy != QM_STRATEGY_PROTECT || r->belt_way == QM_BELT_IN_PLACE ||
       !qmt_option("window_gb") || asan_build())
     return false;
   qm_stats_t s;
   qm_stats(&s);
-  EXPECT_GT(s.belt_reserved_bytes, 0u) << "protect, fault-free moves, and no belt";
+  EXPECT_GT(s.belt_reserved_bytes, 0u) << "protect, a way to move pages, and no belt";
+  // a way forced by belt_way is the way in force
+  if (uint64_t way = qmt_option("belt_way"); way != 0 && s.belt_reserved_bytes) {
+    EXPECT_EQ(static_cast<uint64_t>(s.belt_way), way) << qm_belt_way_name(s.belt_way);
+  }
   return s.belt_reserved_bytes;
+}
+
+// Whether the belt in force moves pages away at free (belt_way=move, or
+// auto where the probe chose it); fails where belt_way=move asked for it
+// and another way runs.
+bool belt_moves_at_free() {
+  if (!belt_on())
+    return false;
+  qm_stats_t s;
+  qm_stats(&s);
+  if (qmt_option("belt_way") == 2) {
+    EXPECT_EQ(s.belt_way, QM_BELT_MOVE);
+  }
+  return s.belt_way == QM_BELT_MOVE;
 }
 
 // Three threads, mixed sizes, small allocations between and realloc moves:
@@ -1159,7 +1184,11 @@ TEST_F(Large, BeltMappingsStayBounded) {
   }
   for (void *p : live)
     qm_free(p);
-  EXPECT_LT(peak, 1000) << "mappings of the whole process";
+  // moving pages away at free, a dead range's place in the mirror waits
+  // RW and empty with it to be mapped afresh: two mappings more for each
+  // of the 256 the belt queues at most
+  const long bound = stats().belt_way == QM_BELT_MOVE ? 1000 + 2 * 256 : 1000;
+  EXPECT_LT(peak, bound) << "mappings of the whole process";
   EXPECT_GT(stats().belt_moves, 5000u);
 }
 
@@ -1253,6 +1282,137 @@ TEST_F(Large, BeltMovesHugePagesWhole) {
   EXPECT_EQ(stats().belt_moves, before.belt_moves + 1);
   EXPECT_EQ(anon_huge_kb(q), huge);
   EXPECT_TRUE(all_bytes(q, 8 * MiB, 1));
+  qm_free(q);
+}
+
+// belt_way=move: a free moves the chunk's pages away, RW as they are, and
+// maps its range afresh (no mprotect); the reuse moves them on to a fresh
+// range, and neither it nor rewriting every page takes an mprotect or a
+// fault, whatever the kernel's mprotect does. The freed range faults and
+// holds no page.
+TEST_F(Large, PagesMovedAwayAtFreeComeBackWithoutMprotectOrFault) {
+  if (!belt_moves_at_free())
+    GTEST_SKIP() << "the belt does not move pages at free here";
+  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  qmt_quarantine_flush();
+  PinnedAndDrained pin;
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  std::memset(p, 1, MiB);
+  pin.drain();
+  qm_stats_t before = stats();
+  long f0 = qmt_minflt();
+  qm_free(p);
+  qm_stats_t mid = stats();
+  EXPECT_EQ(mid.belt_pooled, before.belt_pooled + 1);
+  EXPECT_EQ(mid.sys_mprotect, before.sys_mprotect) << "no mprotect at free";
+  EXPECT_EQ(mid.sys_mremap - before.sys_mremap, 1u) << "the pages moved away";
+  EXPECT_EQ(mid.quarantine_resident_bytes - before.quarantine_resident_bytes, MiB)
+      << "and count against quarantine_mb";
+  char prot[5];
+  qmt_prot_of(p, prot);
+  EXPECT_STREQ(prot, "---p");
+  EXPECT_EQ(qmt_resident(p, MiB), 0u) << "no page left at the freed address";
+  char *q = static_cast<char *>(qm_malloc(MiB));
+  EXPECT_LE(qmt_minflt() - f0, 2) << "the new record's entries at most";
+  f0 = qmt_minflt();
+  EXPECT_TRUE(all_bytes(q, MiB, 1)) << "the same pages";
+  std::memset(q, 2, MiB);
+  EXPECT_EQ(qmt_minflt() - f0, 0);
+  qm_stats_t after = stats();
+  EXPECT_NE(q, p);
+  EXPECT_EQ(after.sys_mprotect, before.sys_mprotect) << "no mprotect at all";
+  EXPECT_EQ(after.sys_mremap - before.sys_mremap, 2u);
+  EXPECT_EQ(after.belt_moves, before.belt_moves + 1);
+  EXPECT_EQ(after.faults_avoided - before.faults_avoided, MiB / qmt_page());
+  EXPECT_EQ(after.quarantine_resident_bytes, before.quarantine_resident_bytes);
+  qmt_prot_of(q, prot);
+  EXPECT_STREQ(prot, "rw-p");
+  qmt_prot_of(q - 1, prot);
+  EXPECT_STREQ(prot, "---p") << "leading guard page";
+  qmt_prot_of(q + MiB, prot);
+  EXPECT_STREQ(prot, "---p") << "trailing guard page";
+  qm_free(q);
+}
+
+// belt_way=move: a pooled chunk serves a smaller request with all its
+// pages, those past the request closed by one mprotect (they stay resident,
+// as under protect, and go back to the pool with the chunk: a later request
+// of the first size takes them all again), and a larger one (of the same
+// page class) with all its pages, the rest opened by one mprotect, whose
+// pages fault in.
+TEST_F(Large, PooledPagesServeSmallerAndLargerRequests) {
+  if (!belt_moves_at_free())
+    GTEST_SKIP() << "the belt does not move pages at free here";
+  set("quarantine_min_frees=0:quarantine_min_mb=0:thp_min_mb=0");
+  qmt_quarantine_flush();
+  const size_t pg = qmt_page(), smaller = 960 * KiB; // within reuse_max_waste_pct
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  std::memset(p, 1, MiB);
+  qm_free(p);
+  qm_stats_t before = stats();
+  char *q = static_cast<char *>(qm_malloc(smaller));
+  long f0 = qmt_minflt();
+  std::memset(q, 2, smaller);
+  EXPECT_EQ(qmt_minflt() - f0, 0);
+  qm_stats_t mid = stats();
+  EXPECT_EQ(mid.belt_moves, before.belt_moves + 1) << "the pooled chunk served it";
+  EXPECT_EQ(mid.sys_mprotect - before.sys_mprotect, 1u) << "the pages past the request closed";
+  char prot[5];
+  qmt_prot_of(q + smaller, prot);
+  EXPECT_STREQ(prot, "---p") << "past the request";
+  EXPECT_EQ(qmt_resident(q, MiB), MiB) << "and resident";
+  qm_free(q);
+  EXPECT_EQ(stats().quarantine_resident_bytes, MiB) << "all of them pooled again";
+  char *r = static_cast<char *>(qm_malloc(MiB));
+  f0 = qmt_minflt();
+  EXPECT_TRUE(all_bytes(r + smaller, MiB - smaller, 1)) << "the pages the first request left";
+  std::memset(r, 3, MiB);
+  // without the fast path the 16 closed and opened again take a write fault
+  EXPECT_LE(qmt_minflt() - f0, static_cast<long>((MiB - smaller) / pg));
+  qm_free(r);
+  // a chunk pooled with 960 KiB serves 1 MiB: 64 KiB more, faulted in
+  qmt_quarantine_flush();
+  q = static_cast<char *>(qm_malloc(smaller));
+  std::memset(q, 4, smaller);
+  qm_free(q);
+  qm_stats_t again = stats();
+  r = static_cast<char *>(qm_malloc(MiB));
+  f0 = qmt_minflt();
+  std::memset(r, 5, MiB);
+  long faults = qmt_minflt() - f0;
+  qm_stats_t after = stats();
+  EXPECT_EQ(after.belt_moves, again.belt_moves + 1) << "the pooled chunk served it";
+  EXPECT_EQ(after.sys_mprotect - again.sys_mprotect, 1u) << "the pages past the pooled ones";
+  EXPECT_EQ(faults, static_cast<long>((MiB - smaller) / pg));
+  qm_free(r);
+}
+
+// A fork child reusing a freed chunk's kept pages (pooled or waiting at
+// their address) writes its own copies: the parent's pages, reused after,
+// hold what the parent wrote.
+TEST_F(Large, AChildReusesFreedPagesWithoutTouchingTheParents) {
+  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  qmt_quarantine_flush();
+  const bool keeps =
+      stats().strategy == QM_STRATEGY_PROTECT || stats().strategy == QM_STRATEGY_NONE;
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  std::memset(p, 7, MiB);
+  qm_free(p);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    char *q = static_cast<char *>(qm_malloc(MiB));
+    bool same = all_bytes(q, MiB, 7);
+    std::memset(q, 9, MiB);
+    _exit(same || !keeps ? 0 : 1);
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "the child got the freed chunk's pages";
+  char *q = static_cast<char *>(qm_malloc(MiB));
+  if (keeps) {
+    EXPECT_TRUE(all_bytes(q, MiB, 7)) << "the parent's pages, unchanged";
+  }
   qm_free(q);
 }
 

@@ -52,15 +52,27 @@ int main(int argc, char **argv) {
     return 1;
   }
   const qm_probe_result_t *v = qm_probe_result(); /* the verdict the allocator uses */
+  /* the belt in force: reserved (or not) at the first large malloc */
+  qm_free(qm_malloc((size_t)1 << 20));
+  qm_stats_t st;
+  qm_stats(&st);
   long long max_maps = qm_os_read_number("/proc/sys/vm/max_map_count");
   long maps = qm_os_count_mappings();
 
   static const int strategies[] = {QM_STRATEGY_PROTECT, QM_STRATEGY_DISCARD, QM_STRATEGY_GUARD,
                                    QM_STRATEGY_UNMAP};
   static const size_t sizes[] = {128 << 10, 1 << 20};
-  cost_t costs[8];
-  int ncost = 0;
+  cost_t costs[8], ways[4];
+  int ncost = 0, nway = 0;
   if (!quick) {
+    for (size_t s = 0; s < 2; s++)
+      for (int w = QM_BELT_PROTECT; w <= QM_BELT_MOVE; w++) {
+        cost_t *c = &ways[nway++];
+        c->strategy = w;
+        c->bytes = sizes[s];
+        c->err = qm_belt_way_cost(w, c->bytes, sizes[s] > (128 << 10) ? 30 : 100, &c->faults_x1000,
+                                  &c->ns);
+      }
     for (size_t s = 0; s < 2; s++)
       for (size_t k = 0; k < 4; k++) {
         cost_t *c = &costs[ncost++];
@@ -87,6 +99,10 @@ int main(int argc, char **argv) {
            r.faults_dirty, r.faults_clean, r.faults_thp);
     printf("  \"faults_move_protect\": %ld,\n  \"faults_move_rw\": %ld,\n", r.faults_move_protect,
            r.faults_move_rw);
+    printf("  \"belt_way\": \"%s\",\n  \"belt_reason\": \"%s\",\n", qm_belt_way_name(v->belt_way),
+           v->belt_reason);
+    printf("  \"belt_on\": %s,\n  \"belt_way_in_force\": \"%s\",\n",
+           st.belt_reserved_bytes ? "true" : "false", qm_belt_way_name(st.belt_way));
     printf("  \"probe_us\": %.1f,\n", r.probe_ns / 1000.0);
     printf("  \"max_map_count\": %lld,\n  \"mappings_held\": %ld,\n", max_maps, maps);
     printf("  \"strategy\": \"%s\",\n  \"strategy_forced\": %s,\n  \"reason\": \"%s\",\n",
@@ -102,7 +118,18 @@ int main(int argc, char **argv) {
         printf("\"available\": true, \"faults_per_cycle\": %.3f, \"us_per_cycle\": %.1f}",
                c->faults_x1000 / 1000.0, c->ns / 1000.0);
     }
-    printf("%s]\n}\n", ncost ? "\n  " : "");
+    printf("%s],\n  \"belt_costs\": [", ncost ? "\n  " : "");
+    for (int i = 0; i < nway; i++) {
+      cost_t *c = &ways[i];
+      printf("%s\n    {\"way\": \"%s\", \"bytes\": %zu, ", i ? "," : "",
+             qm_belt_way_name(c->strategy), c->bytes);
+      if (c->err)
+        printf("\"available\": false}");
+      else
+        printf("\"available\": true, \"faults_per_cycle\": %.3f, \"us_per_cycle\": %.1f}",
+               c->faults_x1000 / 1000.0, c->ns / 1000.0);
+    }
+    printf("%s]\n}\n", nway ? "\n  " : "");
     return 0;
   }
 
@@ -129,6 +156,14 @@ int main(int argc, char **argv) {
     printf("pages moved (mremap)          %ld faults rewriting %u pages moved PROT_NONE then "
            "opened, %ld moved RW away and back (the belt's reuse)\n",
            r.faults_move_protect, r.pages, r.faults_move_rw);
+  printf("belt way                      %s  (%s)\n", qm_belt_way_name(v->belt_way), v->belt_reason);
+  if (st.belt_reserved_bytes)
+    printf("belt                          on, way %s: %llu GiB reserved, window %llu GiB\n",
+           qm_belt_way_name(st.belt_way), (unsigned long long)(st.belt_reserved_bytes >> 30),
+           (unsigned long long)(st.belt_window_bytes >> 30));
+  else
+    printf("belt                          off (window_gb=0, a sanitizer build, or no room): "
+           "large chunks reused in place\n");
   printf("vm.max_map_count              %lld (this process holds %ld mappings)\n", max_maps, maps);
   printf("probe cost                    %.0f us\n", r.probe_ns / 1000.0);
   printf("strategy                      %s%s\n", qm_strategy_name(v->strategy),
@@ -146,6 +181,18 @@ int main(int argc, char **argv) {
       }
       printf("  %-9s %7zu KiB %14.1f %10.1f\n", qm_strategy_name(c->strategy), c->bytes >> 10,
              c->faults_x1000 / 1000.0, c->ns / 1000.0);
+    }
+    printf(
+        "\nthe belt's ways, free + reuse of a chunk, every page rewritten (median per cycle):\n");
+    printf("  %-9s %10s %14s %10s\n", "way", "size", "faults/cycle", "us/cycle");
+    for (int i = 0; i < nway; i++) {
+      cost_t *c = &ways[i];
+      if (c->err)
+        printf("  %-9s %7zu KiB %14s %10s\n", qm_belt_way_name(c->strategy), c->bytes >> 10, "n/a",
+               "n/a");
+      else
+        printf("  %-9s %7zu KiB %14.1f %10.1f\n", qm_belt_way_name(c->strategy), c->bytes >> 10,
+               c->faults_x1000 / 1000.0, c->ns / 1000.0);
     }
   }
   return 0;
