@@ -60,7 +60,7 @@ protected:
     // the chunk would break its window, and the warning would come before
     // the report a death test expects.
     static bool ready = qm_probe_result()->strategy == QM_STRATEGY_PROTECT &&
-                        qm_probe_result()->faults_move_protect == 0 && !asan_build() &&
+                        qm_probe_result()->belt_way != QM_BELT_IN_PLACE && !asan_build() &&
                         qmt_option("window_gb") && (qm_free(qm_malloc(MiB)), true);
     (void)ready;
     qmt_quarantine_flush();
@@ -1385,6 +1385,27 @@ TEST_F(Large, PooledPagesServeSmallerAndLargerRequests) {
   EXPECT_EQ(after.sys_mprotect - again.sys_mprotect, 1u) << "the pages past the pooled ones";
   EXPECT_EQ(faults, static_cast<long>((MiB - smaller) / pg));
   qm_free(r);
+}
+
+// malloc_trim gives back the pages freed chunks keep, wherever they wait
+// (at the freed address, or moved away to the belt's pool): the process's
+// resident set drops by them, and a later request of the size faults its
+// pages in afresh.
+TEST_F(Large, TrimGivesBackTheKeptPages) {
+  set("quarantine_min_frees=0:quarantine_min_mb=0");
+  qmt_quarantine_flush();
+  char *p = static_cast<char *>(qm_malloc(8 * MiB));
+  std::memset(p, 1, 8 * MiB);
+  qm_free(p);
+  if (stats().quarantine_resident_bytes < 8 * MiB)
+    GTEST_SKIP() << "the strategy keeps no pages";
+  size_t before = rss_bytes();
+  EXPECT_EQ(qm_malloc_trim(0), 1);
+  EXPECT_EQ(stats().quarantine_resident_bytes, 0u);
+  EXPECT_GE(before - rss_bytes(), 7 * MiB) << "resident " << before / MiB << " MiB before";
+  char *q = static_cast<char *>(qm_malloc(8 * MiB));
+  EXPECT_TRUE(all_bytes(q, 8 * MiB, 0)) << "dropped pages come back zeroed";
+  qm_free(q);
 }
 
 // A fork child reusing a freed chunk's kept pages (pooled or waiting at
