@@ -142,6 +142,11 @@ void qm__belt_init(bool mirror) {
   }
 }
 
+void qm__belt_prefill(void) {
+  if (LF.belt_base)
+    qm_os_populate(LF.belt_seg, qm_page_up(LF.belt_nseg * sizeof(belt_seg_t)));
+}
+
 bool qm__belt_on(void) { return LF.belt_base && qm__opt.window_gb; }
 
 uintptr_t qm__belt_shadow(uintptr_t a) {

@@ -19,6 +19,10 @@
  * mirror of it. Nothing if window_gb is 0, or where not even a small
  * reservation can be had. */
 void qm__belt_init(bool mirror);
+/* Faults the segment table in at once (the secondary's prefill, once the
+ * program churns large chunks): else the head faults a page of it in every
+ * 2 GiB it carves. */
+void qm__belt_prefill(void);
 /* Whether new chunks come from the belt now (window_gb may change). */
 bool qm__belt_on(void);
 /* Carves a range: a guard page (and a random few more), usable_len bytes

@@ -121,6 +121,7 @@ typedef struct qm_large {
   /* dead records, oldest first, from dead_head; NIL: forgotten early */
   uint32_t dead[DEAD_MAX];
   size_t dead_head, dead_n;
+  bool prefilled;                          /* the ring's storage made ready (qm__dead_push) */
   uint64_t belt_fresh, belt_moves, buried; /* belt chunks carved, reuses by move, buried */
   uint64_t belt_pooled;                    /* frees whose pages moved to the mirror */
   /* the address index: records by the 16 MiB granule of their base, the

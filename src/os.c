@@ -16,6 +16,9 @@
 #include "qm.h"
 #include "report.h"
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102 /* Linux 6.13, commit 662df3e5c376 */
 #endif
@@ -200,6 +203,15 @@ int qm_os_nohugepage(void *p, size_t len) {
 }
 int qm_os_hugepage(void *p, size_t len) {
   return advise(p, len, MADV_HUGEPAGE, "madvise(MADV_HUGEPAGE)", true);
+}
+int qm_os_populate(void *p, size_t len) {
+  if (!len)
+    return 0;
+  check_range(p, len);
+  COUNT(madvise);
+  int saved = errno, r = madvise(p, len, MADV_POPULATE_WRITE) ? errno : 0;
+  errno = saved;
+  return r;
 }
 int qm_os_guard_install(void *p, size_t len) {
   return advise(p, len, MADV_GUARD_INSTALL, "madvise(MADV_GUARD_INSTALL)", true);

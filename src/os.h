@@ -56,6 +56,10 @@ int qm_os_dontneed(void *p, size_t len, qm_prot_t prot);
 int qm_os_free_lazy(void *p, size_t len, qm_prot_t prot);
 int qm_os_nohugepage(void *p, size_t len);
 int qm_os_hugepage(void *p, size_t len);
+/* MADV_POPULATE_WRITE (Linux 5.14): faults the pages of an RW range in, in
+ * one call. An optimisation only: any error (EINVAL where absent) is
+ * returned, never reported; the pages then fault in at first touch. */
+int qm_os_populate(void *p, size_t len);
 /* MADV_GUARD_INSTALL / MADV_GUARD_REMOVE (Linux 6.13): EINVAL where absent. */
 int qm_os_guard_install(void *p, size_t len);
 int qm_os_guard_remove(void *p, size_t len);
