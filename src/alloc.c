@@ -395,6 +395,7 @@ QM_EXPORT void *qm_realloc(void *p, size_t n) {
     return NULL;
   }
   uintptr_t off = (uintptr_t)p - qm__pbase;
+  size_t old_usable;
   if (off < qm__pspan && (off >> qm__rshift) != QM_ZCLASS) {
     unsigned c;
     uint64_t *e, w;
@@ -404,11 +405,15 @@ QM_EXPORT void *qm_realloc(void *p, size_t n) {
      * chunk, and this thread may change the entry */
     if (n <= cap && n >= cap / 2 && n < qm__small_limit && qm__small_resize(p, ch, c, e, w, n))
       return p;
-  } else if (off >= qm__pspan && !qm__boot_owns(p) && !qm_guarded_owns(p) && n >= qm__small_limit) {
-    return qm__large_realloc(p, n);
+    /* checked just now (held_of would check it a second time); the free
+     * below checks it again */
+    old_usable = qm_e_size(w);
+  } else {
+    if (off >= qm__pspan && !qm__boot_owns(p) && !qm_guarded_owns(p) && n >= qm__small_limit)
+      return qm__large_realloc(p, n);
+    old_usable = held_of(QM_OP_REALLOC, p).usable;
   }
   /* a move: everything the program may have written comes along */
-  size_t old_usable = held_of(QM_OP_REALLOC, p).usable;
   void *q = qm_malloc(n);
   if (!q)
     return NULL;
