@@ -57,6 +57,12 @@ size_t qmt_zero_cap(size_t slots) { return qm__zero_cap(slots); }
 
 unsigned qmt_nclasses(void) { return QM_NCLASS; }
 unsigned qmt_class_of(size_t n) { return qm_class_of_calc(n); }
+unsigned qmt_vec(void) { return qm__vec; }
+void qmt_vec_set(unsigned v) {
+  qm__ro_unseal();
+  qm__vec = (uint8_t)v;
+  qm__ro_seal();
+}
 size_t qmt_class_user_size(unsigned c) { return qm__class[c].size - QM_CANARY; }
 size_t qmt_class_chunk_size(unsigned c) { return qm__class[c].size; }
 uintptr_t qmt_region(unsigned c) { return qm_region(c); }

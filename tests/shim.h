@@ -22,6 +22,11 @@ void qmt_options_init(void);
 /* Small-chunk classes. */
 unsigned qmt_nclasses(void);
 unsigned qmt_class_of(size_t n);
+/* The widest vectors checked mode zeroes and checks freed chunks with (2:
+ * AVX-512F, 1: AVX2, 0: 16-byte SSE2 ones), as init found the CPU; set
+ * lower, the narrower paths run too on a machine that has the wider. */
+unsigned qmt_vec(void);
+void qmt_vec_set(unsigned v);
 /* The largest request class c serves, and its chunk size (8 more: the
  * canary's bytes). */
 size_t qmt_class_user_size(unsigned c);

@@ -731,28 +731,33 @@ TEST(PrimaryDeathTest, WritingTheSealedStateFaults) {
 }
 
 // hardening=max (its own process, unit-max): a byte written anywhere in a
-// freed chunk is found when the chunk is handed out again, at its offset.
-// The classes leave every remainder of the zero check's 256-, 128-, 64- and
-// 32-byte steps (16, 48, 80, 240, 320, 768, 2048 and 3072 bytes); the
-// places are the first byte, one inside and the last one.
+// freed chunk is found when the chunk is handed out again, at its offset,
+// by each width of vector the CPU has (AVX-512F, AVX2, SSE2: the zeroing
+// and the check both change with it). The classes leave every remainder
+// of the zero check's 256-, 128-, 64- and 32-byte steps (16, 48, 80, 240,
+// 320, 768, 2048 and 3072 bytes); the places are the first byte, one
+// inside and the last one.
 TEST(MaxDeathTest, WriteAfterFreeIsFoundAnywhereInTheChunk) {
-  for (size_t n : {8, 40, 72, 232, 300, 700, 2000, 3000}) {
-    size_t size = qmt_class_chunk_size(qmt_class_of(n));
-    for (size_t at : {size_t{0}, size / 2 + 3, size - 1}) {
-      std::string re = "^" QM_LINE(QM_K_WRITE_AFTER_FREE, "@D@") "\n" QM_END;
-      std::string d = "class " + std::to_string(size) + " bytes, byte at offset " +
-                      std::to_string(at) + " is 0x5a, written while the chunk was free";
-      re.replace(re.find("@D@"), 3, d);
-      EXPECT_DEATH(
-          {
-            unsigned char *p = static_cast<unsigned char *>(qm_malloc(n));
-            qm_free(p);
-            p[at] = 0x5a;
-            for (int i = 0; i < 100000; i++)
-              qm_free(qm_malloc(n)); // p comes back after free_delay mallocs
-          },
-          re)
-          << n << " bytes, offset " << at;
+  for (unsigned vec = qmt_vec() + 1; vec-- > 0;) {
+    for (size_t n : {8, 40, 72, 232, 300, 700, 2000, 3000}) {
+      size_t size = qmt_class_chunk_size(qmt_class_of(n));
+      for (size_t at : {size_t{0}, size / 2 + 3, size - 1}) {
+        std::string re = "^" QM_LINE(QM_K_WRITE_AFTER_FREE, "@D@") "\n" QM_END;
+        std::string d = "class " + std::to_string(size) + " bytes, byte at offset " +
+                        std::to_string(at) + " is 0x5a, written while the chunk was free";
+        re.replace(re.find("@D@"), 3, d);
+        EXPECT_DEATH(
+            {
+              qmt_vec_set(vec);
+              unsigned char *p = static_cast<unsigned char *>(qm_malloc(n));
+              qm_free(p);
+              p[at] = 0x5a;
+              for (int i = 0; i < 100000; i++)
+                qm_free(qm_malloc(n)); // p comes back after free_delay mallocs
+            },
+            re)
+            << n << " bytes, offset " << at << ", vector width " << vec;
+      }
     }
   }
 }
