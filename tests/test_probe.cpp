@@ -168,13 +168,8 @@ TEST(ForcedSlow, SwitchesTheStrategy) {
 // every kernel the belt runs on), freed chunks keep their pages in the
 // belt's pool and a reuse takes neither an mprotect nor a fault.
 TEST(ForcedSlowBelt, ThePoolKeepsPagesWithoutTheFastPath) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "no belt in a build under AddressSanitizer (secondary.c)";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  GTEST_SKIP() << "no belt in a build under AddressSanitizer (secondary.c)";
-#endif
-#endif
+  if (asan_build())
+    GTEST_SKIP() << "no belt in a build under AddressSanitizer (secondary.c)";
   const qm_probe_result_t *r = qm_probe_result();
   ASSERT_EQ(r->fast_dirty, 0);
   ASSERT_EQ(qmt_option("window_gb"), 64u);

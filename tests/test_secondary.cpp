@@ -33,21 +33,6 @@ namespace {
 
 constexpr size_t KiB = 1024, MiB = 1024 * 1024;
 
-// The library runs no belt in a build under AddressSanitizer (secondary.c).
-constexpr bool asan_build() {
-#if defined(__SANITIZE_ADDRESS__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  return true;
-#else
-  return false;
-#endif
-#else
-  return false;
-#endif
-}
-
 // Options changed by a test, restored after it.
 // Each starts with an empty quarantine, so that "the chunk freed here is the
 // one reused" does not depend on what earlier tests left behind.

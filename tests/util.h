@@ -15,6 +15,21 @@
 #include "report_re.h"
 #include "shim.h"
 
+// The library runs no belt in a build under AddressSanitizer (secondary.c).
+constexpr bool asan_build() {
+#if defined(__SANITIZE_ADDRESS__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
 // Accesses through a volatile pointer: kept even after free().
 inline void poke(void *p, size_t off = 0, char v = 1) { static_cast<volatile char *>(p)[off] = v; }
 inline char peek(const void *p, size_t off = 0) {

@@ -20,6 +20,24 @@ typedef struct cost {
 
 static const char *yesno(int v) { return v == 1 ? "yes" : v == 0 ? "no" : "n/a"; }
 
+/* One JSON array of measured costs, "KEY": [{"FIELD": name, ...}, ...],
+ * for the strategies and for the belt's ways alike. */
+static void print_costs(const char *key, const char *field, const cost_t *cs, int n,
+                        const char *(*name)(int)) {
+  printf("  \"%s\": [", key);
+  for (int i = 0; i < n; i++) {
+    const cost_t *c = &cs[i];
+    printf("%s\n    {\"%s\": \"%s\", \"bytes\": %zu, ", i ? "," : "", field, name(c->strategy),
+           c->bytes);
+    if (c->err)
+      printf("\"available\": false}");
+    else
+      printf("\"available\": true, \"faults_per_cycle\": %.3f, \"us_per_cycle\": %.1f}",
+             c->faults_x1000 / 1000.0, c->ns / 1000.0);
+  }
+  printf("%s]", n ? "\n  " : "");
+}
+
 static void usage(FILE *f) {
   fputs("usage: qmalloc-probe [--json] [--quick]\n"
         "  Probes the kernel's mprotect fast path by counting minor faults and\n"
@@ -107,29 +125,10 @@ int main(int argc, char **argv) {
     printf("  \"max_map_count\": %lld,\n  \"mappings_held\": %ld,\n", max_maps, maps);
     printf("  \"strategy\": \"%s\",\n  \"strategy_forced\": %s,\n  \"reason\": \"%s\",\n",
            qm_strategy_name(v->strategy), v->measured ? "false" : "true", v->reason);
-    printf("  \"costs\": [");
-    for (int i = 0; i < ncost; i++) {
-      cost_t *c = &costs[i];
-      printf("%s\n    {\"strategy\": \"%s\", \"bytes\": %zu, ", i ? "," : "",
-             qm_strategy_name(c->strategy), c->bytes);
-      if (c->err)
-        printf("\"available\": false}");
-      else
-        printf("\"available\": true, \"faults_per_cycle\": %.3f, \"us_per_cycle\": %.1f}",
-               c->faults_x1000 / 1000.0, c->ns / 1000.0);
-    }
-    printf("%s],\n  \"belt_costs\": [", ncost ? "\n  " : "");
-    for (int i = 0; i < nway; i++) {
-      cost_t *c = &ways[i];
-      printf("%s\n    {\"way\": \"%s\", \"bytes\": %zu, ", i ? "," : "",
-             qm_belt_way_name(c->strategy), c->bytes);
-      if (c->err)
-        printf("\"available\": false}");
-      else
-        printf("\"available\": true, \"faults_per_cycle\": %.3f, \"us_per_cycle\": %.1f}",
-               c->faults_x1000 / 1000.0, c->ns / 1000.0);
-    }
-    printf("%s]\n}\n", nway ? "\n  " : "");
+    print_costs("costs", "strategy", costs, ncost, qm_strategy_name);
+    printf(",\n");
+    print_costs("belt_costs", "way", ways, nway, qm_belt_way_name);
+    printf("\n}\n");
     return 0;
   }
 
