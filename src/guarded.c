@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "age.h"
 #include "cache.h"
 #include "init.h"
 #include "lock.h"
@@ -39,9 +40,9 @@ typedef struct gslot {
 /* A class's changing state; its shape (region, slot size, record and ring
  * tables) is fixed at set-up and sealed: FX(c), GF.cls[]. */
 typedef struct gclass {
-  uint32_t fresh;       /* the first slot never used */
-  uint32_t head, count; /* ring position of the oldest, entries */
-  uint32_t dcur;        /* entries from head known to hold no pages */
+  uint32_t fresh; /* the first slot never used */
+  qm_age_t q;     /* the quarantine: slot numbers in FX(c).ring, nslots positions */
+  uint32_t dcur;  /* entries from the oldest known to hold no pages */
 } gclass_t;
 
 static __thread bool armed __attribute__((tls_model("initial-exec")));
@@ -186,22 +187,20 @@ static bool ready_locked(void) {
 
 /* ---- the quarantine (under G.lock) ---- */
 
+/* The ring's capacity is the sealed slot count, so a class's queue never
+ * fills: each slot is in it at most once. The ring and its counts are
+ * writable: an entry or a position past the class's slots is corruption,
+ * caught before it indexes anything. */
 static void ring_push(gclass_t *c, uint32_t i) {
-  QM_CHECK_OP(c->count, <, FX(c).nslots);
-  uint32_t at = c->head + c->count;
-  FX(c).ring[at >= FX(c).nslots ? at - FX(c).nslots : at] = i;
-  c->count++;
+  QM_CHECK_OP(c->q.n, <, FX(c).nslots);
+  FX(c).ring[qm_age_push(&c->q, FX(c).nslots)] = i;
   G.qcount++;
 }
 
-/* The ring and its counts are writable: an entry or a position past the
- * class's slots is corruption, caught before it indexes anything. */
 static uint32_t ring_pop(gclass_t *c) {
-  QM_CHECK_OP(c->head, <, FX(c).nslots);
-  uint32_t i = FX(c).ring[c->head];
+  QM_CHECK_OP(c->q.head, <, FX(c).nslots);
+  uint32_t i = FX(c).ring[qm_age_pop(&c->q, FX(c).nslots)];
   QM_CHECK_OP(i, <, FX(c).nslots);
-  c->head = c->head + 1 == FX(c).nslots ? 0 : c->head + 1;
-  c->count--;
   if (c->dcur)
     c->dcur--;
   G.qcount--;
@@ -214,9 +213,8 @@ static uint32_t ring_pop(gclass_t *c) {
 static void enforce(unsigned first) {
   for (unsigned n = 0; n < GF.ncls && G.qres > G.qbudget; n++) {
     gclass_t *c = &G.cls[(first + n) % GF.ncls];
-    while (G.qres > G.qbudget && c->dcur < c->count) {
-      uint32_t at = c->head + c->dcur++;
-      uint32_t i = FX(c).ring[at >= FX(c).nslots ? at - FX(c).nslots : at];
+    while (G.qres > G.qbudget && c->dcur < c->q.n) {
+      uint32_t i = FX(c).ring[qm_age_at(&c->q, c->dcur++, FX(c).nslots)];
       gslot_t *s = &FX(c).slot[i];
       if (!(s->flags & GF_DIRTY))
         continue;
@@ -275,7 +273,7 @@ void *qm__guarded_alloc(size_t n, size_t align) {
    * mprotect and no fault */
   bool tight = GF.markers && G.maps + 2 > GF.map_budget;
   uint32_t i;
-  bool reused = c->count && (!can_fresh || tight || G.qres > G.qbudget);
+  bool reused = c->q.n && (!can_fresh || tight || G.qres > G.qbudget);
   if (reused) {
     i = ring_pop(c);
   } else if (can_fresh) {

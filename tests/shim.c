@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "age.h"
 #include "cache.h"
 #include "guarded.h"
 #include "meta.h"
@@ -54,6 +55,26 @@ void qmt_quarantine_flush(void) { qm__large_flush(); }
 void qmt_log_forget(void) { qm__report_log_forget(); }
 uint32_t qmt_sample_left(void) { return qm__sample_left; }
 size_t qmt_zero_cap(size_t slots) { return qm__zero_cap(slots); }
+
+static qm_aged_t age_ring[8];
+static qm_age_t age_q;
+static uint32_t age_cap;
+void qmt_age_reset(uint32_t cap) {
+  age_q = (qm_age_t){0, 0};
+  age_cap = cap;
+}
+uintptr_t qmt_age_push(uintptr_t item, uint32_t at) {
+  uintptr_t out = 0;
+  if (qm_age_full(&age_q, age_cap))
+    out = age_ring[qm_age_pop(&age_q, age_cap)].item;
+  age_ring[qm_age_push(&age_q, age_cap)] = (qm_aged_t){item, at};
+  return out;
+}
+uintptr_t qmt_age_pop_due(uint32_t now, uint32_t d) {
+  if (!qm_age_due(&age_q, age_ring, now, d))
+    return 0;
+  return age_ring[qm_age_pop(&age_q, age_cap)].item;
+}
 
 unsigned qmt_nclasses(void) { return QM_NCLASS; }
 unsigned qmt_class_of(size_t n) { return qm_class_of_calc(n); }

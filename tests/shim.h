@@ -73,6 +73,14 @@ size_t qmt_small_carved(void);
  * handed out so far); returns those handed out so far. */
 size_t qmt_zero_cap(size_t slots);
 
+/* The aging queue (age.h) over a ring of cap (1..8) stamped entries, as
+ * its users drive it: reset empty; push (a full queue's oldest leaves
+ * first, and is returned; 0 if none left); pop the oldest if it is older
+ * than d by clock now (returned; 0 if none is due). */
+void qmt_age_reset(uint32_t cap);
+uintptr_t qmt_age_push(uintptr_t item, uint32_t at);
+uintptr_t qmt_age_pop_due(uint32_t now, uint32_t d);
+
 /* Forgets the log file (option log_path) and any failure to open it. */
 void qmt_log_forget(void);
 
