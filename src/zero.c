@@ -1,8 +1,9 @@
 /* zero.c: slots of the zero-size region, 16 bytes apart, handed out by a
- * bump index and recycled through a FIFO of freed slots (so a freed pointer
- * is not the next one handed out). Which slots are live, and which wait in
- * the FIFO, are two bitmaps kept out of band in meta memory, one 64 KiB
- * leaf per 2^18 slots (live bits, then waiting bits), made on first use.
+ * bump index and recycled through a FIFO of freed slots (an aging queue,
+ * age.h), so a freed pointer is not the next one handed out. Which slots
+ * are live, and which wait in the FIFO, are two bitmaps kept out of band in
+ * meta memory, one 64 KiB leaf per 2^18 slots (live bits, then waiting
+ * bits), made on first use.
  * A slot freed when the FIFO is full pushes its oldest out: that one is
  * loose (neither live nor waiting), and once the bump has reached the end
  * of the region a sweep hands loose slots out again, so every slot of the
@@ -14,6 +15,7 @@
 
 #include <errno.h>
 
+#include "age.h"
 #include "lock.h"
 #include "meta.h"
 #include "primary.h"
@@ -29,10 +31,10 @@ static qm_lock_t lock = QM_LOCK_INIT;
 static uint64_t *leaf[MAX_LEAVES]; /* LEAF_WORDS live words, then as many waiting */
 static uint32_t nloose[MAX_LEAVES];
 static size_t loose;
-static size_t sweep; /* the slot the sweep for loose ones goes on from */
-static size_t next;  /* slots ever handed out by the bump */
-static uint32_t ring[RING];
-static size_t ring_head, ring_len;
+static size_t sweep;        /* the slot the sweep for loose ones goes on from */
+static size_t next;         /* slots ever handed out by the bump */
+static uint32_t ring[RING]; /* the FIFO's slot numbers, positions of q */
+static qm_age_t q;
 #ifdef QM_TEST_HOOKS
 static size_t cap = SIZE_MAX;
 #endif
@@ -56,9 +58,7 @@ static uint64_t *word_of(size_t i, bool make) {
 static uint64_t *waiting_of(size_t i) { return word_of(i, false) + LEAF_WORDS; }
 
 static size_t ring_pop(void) {
-  size_t i = ring[ring_head];
-  ring_head = (ring_head + 1) % RING;
-  ring_len--;
+  size_t i = ring[qm_age_pop(&q, RING)];
   *waiting_of(i) &= ~((uint64_t)1 << (i % 64));
   return i;
 }
@@ -93,13 +93,13 @@ static size_t take_loose(void) {
 void *qm__zero_alloc(void) {
   qm_lock(&lock);
   size_t i;
-  if (ring_len > RING_KEEP) {
+  if (q.n > RING_KEEP) {
     i = ring_pop();
   } else if (next < nslots()) {
     i = next++;
   } else if (loose) {
     i = take_loose();
-  } else if (ring_len) { /* every other slot is live: the region is full */
+  } else if (q.n) { /* every other slot is live: the region is full */
     i = ring_pop();
   } else {
     qm_unlock(&lock);
@@ -140,13 +140,12 @@ void qm__zero_free(void *p, qm_op_t op) {
     qm__report_bad_pointer(op, p);
   }
   *word_of(i, false) &= ~((uint64_t)1 << (i % 64));
-  if (ring_len == RING) { /* the oldest has waited long enough: loose */
+  if (qm_age_full(&q, RING)) { /* the oldest has waited long enough: loose */
     size_t old = ring_pop();
     nloose[old / LEAF_BITS]++;
     loose++;
   }
-  ring[(ring_head + ring_len) % RING] = (uint32_t)i;
-  ring_len++;
+  ring[qm_age_push(&q, RING)] = (uint32_t)i;
   *waiting_of(i) |= (uint64_t)1 << (i % 64);
   qm_unlock(&lock);
 }
