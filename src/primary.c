@@ -42,6 +42,7 @@ typedef struct central {
   size_t nfree_of[QM_GROUPS]; /* chunks in each group's stack */
   qm_batch_t *spare;          /* empty batch nodes for reuse */
   size_t carved;              /* bytes carved from the region start */
+  size_t dead;                /* of them, in dead slots (over a guard page) */
   size_t given_since_purge;
   uint64_t last_purge_ns;
   size_t purged_bytes, purges;
@@ -327,6 +328,8 @@ static unsigned carve(unsigned c, central_t *cl, uintptr_t *out, unsigned n, uns
   for (; k; k--, cl->carved += size)
     if (!qm_slot_dead(cl->carved, size))
       out[n++] = region(c) + cl->carved;
+    else
+      cl->dead += size; /* never handed out: not in use either (stats) */
   return n;
 }
 
@@ -523,7 +526,7 @@ void qm__primary_stats(qm_primary_stats_t *s) {
     central_t *cl = &central[c];
     qm_lock(&cl->lock);
     s->committed += atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
-    s->carved += cl->carved;
+    s->carved += cl->carved - cl->dead;
     s->central_free += nfree(cl) * qm__class[c].size;
     s->purged_bytes += cl->purged_bytes;
     s->purges += cl->purges;

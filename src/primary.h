@@ -139,6 +139,7 @@ void qm__primary_guards(size_t *made, size_t *missed, bool *markers);
 size_t qm__primary_tables(uintptr_t (*out)[2], size_t cap);
 #endif
 
+/* carved: bytes of the chunks carved, dead slots left out */
 typedef struct qm_primary_stats {
   size_t reserved, committed, carved, central_free, purged_bytes, purges;
 } qm_primary_stats_t;
