@@ -179,6 +179,8 @@ echo "@@QM KERNEL $(uname -r)"
 echo "@@QM CMDLINE $(cat /proc/cmdline)"
 echo "@@QM CPUS $(nproc)"
 echo "@@QM THP $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
+# the clock the tests time with (jiffies: whole ticks, no high-resolution timers)
+echo "@@QM CLOCK $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
 . /qm/run.sh
 echo "@@QM DONE"
 sync
