@@ -34,7 +34,8 @@ enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY, B_DEAD };
  * retired or dropped, one without it is being resized or revived. */
 /* F_SPLIT: the RW pages may be several VMAs. A realloc move puts the old
  * pages in front of pages of the new mapping, and the two never merge (their
- * vm_pgoff differ), so a chunk that came from a move keeps two or more. */
+ * vm_pgoff differ), so a chunk that came from a move keeps two or more; and
+ * the old chunk's range, the moved pages' place a VMA apart from the rest. */
 /* F_COLD: in a cold bin (no page resident), while F_INBIN. */
 /* F_HUGE: a fresh THP mapping, its capacity whole huge pages from a
  * huge-page boundary; any request it serves is opened in whole huge pages

@@ -7,6 +7,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -220,9 +223,66 @@ int qm_os_guard_remove(void *p, size_t len) {
   return advise(p, len, MADV_GUARD_REMOVE, "madvise(MADV_GUARD_REMOVE)", true);
 }
 
+#ifdef QM_TEST_HOOKS
+/* Test hook: moves as on 5.10 and 5.15 (see qm_os_move_spans_vmas), on any
+ * kernel. A move of a range that is not one VMA unmaps the destination and
+ * fails with EFAULT, as theirs does, and is counted. */
+static atomic_bool one_vma;
+static atomic_size_t refused;
+
+/* Whether [p, p+len) lies in one line of /proc/self/maps (the kernel merges
+ * neighbours it can, so one line is one VMA). Read in pieces: no
+ * allocation; a line is far shorter than the buffer. */
+static bool one_vma_range(uintptr_t p, size_t len) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return true;
+  char buf[4096];
+  size_t have = 0;
+  bool found = false, one = false;
+  for (;;) {
+    ssize_t r = read(fd, buf + have, sizeof buf - 1 - have);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r > 0)
+      have += (size_t)r;
+    buf[have] = 0;
+    char *line = buf, *nl;
+    while (!found && (nl = strchr(line, '\n'))) {
+      char *e;
+      uintptr_t lo = strtoul(line, &e, 16), hi = strtoul(e + 1, NULL, 16);
+      if (lo <= p && p < hi) {
+        found = true;
+        one = p + len <= hi;
+      }
+      line = nl + 1;
+    }
+    have -= (size_t)(line - buf);
+    memmove(buf, line, have);
+    if (found || r <= 0)
+      break;
+  }
+  close(fd);
+  return one;
+}
+
+void qm__os_one_vma_moves(bool on) { atomic_store(&one_vma, on); }
+size_t qm__os_refused_moves(void) { return atomic_load(&refused); }
+#endif
+
 int qm_os_move(void *old, size_t len, void *to, bool dontunmap) {
   check_range(old, len);
   check_range(to, len);
+#ifdef QM_TEST_HOOKS
+  if (atomic_load(&one_vma) && !one_vma_range((uintptr_t)old, len)) {
+    int saved = errno;
+    COUNT(munmap);
+    munmap(to, len);
+    errno = saved;
+    atomic_fetch_add(&refused, 1);
+    return EFAULT;
+  }
+#endif
   COUNT(mremap);
   int flags = MREMAP_MAYMOVE | MREMAP_FIXED | (dontunmap ? MREMAP_DONTUNMAP : 0);
   int saved = errno;
@@ -246,6 +306,10 @@ int qm_os_move(void *old, size_t len, void *to, bool dontunmap) {
  * price of the test where the move is refused. */
 bool qm_os_move_spans_vmas(void) {
   static atomic_int known; /* 0 not tested, 1 yes, 2 no */
+#ifdef QM_TEST_HOOKS
+  if (atomic_load(&one_vma))
+    return false;
+#endif
   int k = atomic_load_explicit(&known, memory_order_relaxed);
   if (k)
     return k == 1;

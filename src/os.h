@@ -72,6 +72,13 @@ int qm_os_move(void *old, size_t len, void *to, bool dontunmap);
 /* Whether one qm_os_move() may take a range made of several VMAs. Tested
  * once, on scratch pages; false until a test could be made. */
 bool qm_os_move_spans_vmas(void);
+#ifdef QM_TEST_HOOKS
+/* Test hook: on, qm_os_move() refuses a range of several VMAs as 5.10 and
+ * 5.15 do (the destination unmapped, EFAULT), and qm_os_move_spans_vmas()
+ * says no; qm__os_refused_moves() counts the moves refused so. */
+void qm__os_one_vma_moves(bool on);
+size_t qm__os_refused_moves(void);
+#endif
 
 /* Whether a mapping of span bytes, rw of them writable, could be granted
  * once `held` bytes of the process's mappings are unmapped: false where the

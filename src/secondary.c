@@ -791,7 +791,10 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
   S.ltail -= tail_pages(o);
   if (o->dirty <= o->rw)
     o->dirty = 0;
-  o->flags |= F_FREED;
+  /* the move left the emptied pages a VMA apart from the rest of the
+   * range: reused in place, its RW part may be two mappings that do not
+   * merge (seen on 6.18), which 5.10 and 5.15 cannot move in one mremap */
+  o->flags |= F_FREED | F_SPLIT;
   S.frees++;
   o->seq = S.frees;
   o->odo = qm__belt_odometer();

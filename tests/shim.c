@@ -131,6 +131,8 @@ uintptr_t qmt_committed_end(unsigned c) {
 int qmt_is_small(const void *p) { return (uintptr_t)p - qm__pbase < qm__pspan; }
 int qmt_is_guarded(const void *p) { return qm_guarded_owns(p); }
 
+void qmt_one_vma_moves(int on) { qm__os_one_vma_moves(on); }
+size_t qmt_refused_moves(void) { return qm__os_refused_moves(); }
 long qmt_minflt(void) {
   struct rusage ru;
   getrusage(RUSAGE_THREAD, &ru);

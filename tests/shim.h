@@ -93,6 +93,10 @@ void qmt_quarantine_flush(void);
 
 /* Minor faults of the calling thread so far (getrusage RUSAGE_THREAD). */
 long qmt_minflt(void);
+/* Moves as on 5.10 and 5.15, whatever the kernel: a range of several VMAs
+ * is refused (EFAULT, the destination unmapped), and counted. */
+void qmt_one_vma_moves(int on);
+size_t qmt_refused_moves(void);
 /* Resident bytes of [p, p+len) now (mincore). */
 size_t qmt_resident(const void *p, size_t len);
 /* Lines of /proc/self/maps. */

@@ -33,6 +33,30 @@ namespace {
 
 constexpr size_t KiB = 1024, MiB = 1024 * 1024;
 
+// QMT_ONE_VMA_MOVES=1 (unit-belt-*-one-vma): every move as 5.10 and 5.15
+// make it, where one mremap() takes one VMA only. qmalloc must never ask
+// them for more (a chunk of several VMAs is copied or its pages dropped, see
+// qm_os_move_spans_vmas): a refused move would cost the chunk's pages and a
+// segment of the belt. On 5.10 a realloc and the belt's reuse each once
+// aborted with "unexpected mremap failure (errno 14)".
+class OneVmaMoves : public testing::Environment {
+public:
+  void SetUp() override {
+    const char *e = std::getenv("QMT_ONE_VMA_MOVES");
+    on_ = e && *e == '1';
+    qmt_one_vma_moves(on_);
+  }
+  void TearDown() override {
+    if (on_) {
+      EXPECT_EQ(qmt_refused_moves(), 0u) << "moves of several VMAs, refused as on 5.10";
+    }
+  }
+
+private:
+  bool on_ = false;
+};
+testing::Environment *const one_vma_moves = testing::AddGlobalTestEnvironment(new OneVmaMoves);
+
 // Options changed by a test, restored after it.
 // Each starts with an empty quarantine, so that "the chunk freed here is the
 // one reused" does not depend on what earlier tests left behind.
