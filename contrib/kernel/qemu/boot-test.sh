@@ -25,8 +25,9 @@ usage: boot-test.sh [options] BZIMAGE
   -m MB      guest memory (default: 2048)
   -c CPUS    guest CPUs (default: 2)
   -p N       runs of qmalloc-probe --json (default: 5)
-  -s SUITES  comma-separated meson suites or test names to run
-             (default: unit,kernel,tools,examples,linked,preload,hardening, and san-* for the sanitizer build)
+  -s SUITES  comma-separated meson suites or test names to run, and -PREFIX to leave
+             out the tests whose name starts with PREFIX (default: unit,kernel,tools,
+             examples,linked,preload,hardening, and san-* for the sanitizer build)
   -S         no sanitizer build (faster)
   -x 'PROG [ARGS]'
              also run PROG, a static executable (e.g. a kernel selftest), in the guest;

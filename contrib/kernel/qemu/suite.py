@@ -78,7 +78,10 @@ def plan(o):
     """Writes OUTDIR/run.sh, OUTDIR/files.txt, OUTDIR/dirs.txt, OUTDIR/plan.json."""
     outdir, factor, static, shared, san = o.out, o.factor, o.static, o.shared, o.san
     extra = o.extra
-    wanted = set(o.suites.split(",")) if o.suites else set()
+    words = o.suites.split(",") if o.suites else []
+    # "-PREFIX": leave out the tests whose name starts with it
+    wanted = {w for w in words if w and not w.startswith("-")}
+    unwanted = tuple(w[1:] for w in words if w.startswith("-") and len(w) > 1)
     tests, skipped, files, missing = [], [], set(), {}
 
     def want(t, name, allowed):
@@ -86,6 +89,10 @@ def plan(o):
         if not (s & allowed):
             return False
         if wanted and not (s & wanted) and name not in wanted:
+            return False
+        if unwanted and name.startswith(unwanted):
+            if (name, "left out by -s") not in skipped:
+                skipped.append((name, "left out by -s"))
             return False
         return True
 
