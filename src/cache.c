@@ -18,22 +18,22 @@
 enum { TC_EMPTY, TC_LIVE, TC_DEAD };
 
 /* Delayed free (free_delay = D > 0, checked mode): a chunk freed by a thread
- * waits in a per-class FIFO ring of that thread, stamped with the thread's
- * count of mallocs of its class, and enters the bin (where malloc can have
- * it) only once that count has grown by more than D. A ring holds up to 2D
+ * waits in a per-class aging queue (age.h) of that thread, stamped with the
+ * thread's count of mallocs of its class, and enters the bin (where malloc
+ * can have it) only once that count has grown by more than D. A ring holds up to 2D
  * chunks and at most DELAY_BYTES: a thread that frees more than that within
  * D mallocs pushes its oldest out early (counted). Rings are emptied into
  * the central lists when the thread exits. */
 #define DELAY_BYTES ((size_t)16 << 20)
-static __thread qm_delayed_t *rings __attribute__((tls_model("initial-exec")));
+static __thread qm_aged_t *rings __attribute__((tls_model("initial-exec")));
 static _Atomic size_t delay_early;
 
 /* A thread's registration: where its bins are, and its slot storage. */
 typedef struct qm_tcache {
   qm_bin_t *bin; /* the owning thread's qm__bin */
   uintptr_t *slots;
-  qm_delayed_t *rings; /* ring_cap() entries per class, when free_delay > 0 */
-  unsigned id;         /* owner id of the chunks it hands out; kept across reuse */
+  qm_aged_t *rings; /* 2 * free_delay entries per class, when free_delay > 0 */
+  unsigned id;      /* owner id of the chunks it hands out; kept across reuse */
   struct qm_tcache *next, *prev;
 } qm_tcache_t;
 
@@ -59,10 +59,6 @@ static uint32_t ring_cap_calc(unsigned c) {
   size_t cap = 2 * (size_t)qm__opt.free_delay, fit = DELAY_BYTES / qm__class[c].size;
   return (uint32_t)(cap < fit ? cap : fit ? fit : 1);
 }
-/* set with the cache (a division per ring step was 2% of hardening=max's
- * small churn) */
-QM_INLINE uint32_t ring_cap(unsigned c) { return qm__cc[c].cap; }
-QM_INLINE qm_delayed_t *ring_of(unsigned c) { return qm__cc[c].ring; }
 
 /* How far down the spare registrations cache_create looks for the id it
  * would rather have. */
@@ -93,12 +89,12 @@ static bool cache_create(unsigned want) {
     for (unsigned c = 0; c < QM_NCLASS; c++)
       slots += qm__class[c].cache_max;
     /* the rings' pages are touched only as they fill */
-    size_t ring_bytes = (size_t)QM_NCLASS * 2 * qm__opt.free_delay * sizeof(qm_delayed_t);
+    size_t ring_bytes = (size_t)QM_NCLASS * 2 * qm__opt.free_delay * sizeof(qm_aged_t);
     tc = qm__meta_alloc(sizeof *tc + ring_bytes + slots * sizeof(uintptr_t));
     if (!tc)
       return false;
     tc->id = id;
-    tc->rings = (qm_delayed_t *)(tc + 1);
+    tc->rings = (qm_aged_t *)(tc + 1);
     tc->slots = (uintptr_t *)((char *)tc->rings + ring_bytes);
   }
   rings = tc->rings;
@@ -194,40 +190,32 @@ static uintptr_t take_checked(unsigned c) { return qm_checked_draw(&qm__cc[c], c
 
 /* The ring's oldest chunk into the bin. */
 static void ring_pop(unsigned c) {
-  qm_delayed_t *r = ring_of(c);
-  uintptr_t chunk = r[qm__cc[c].head].chunk;
-  qm__cc[c].head = qm__cc[c].head + 1 == ring_cap(c) ? 0 : qm__cc[c].head + 1;
-  qm__cc[c].n--;
-  bin_put(c, chunk);
+  qm_checked_t *k = &qm__cc[c];
+  bin_put(c, k->ring[qm_age_pop(&k->q, k->cap)].item);
 }
 
 static void ring_push(unsigned c, uintptr_t chunk) {
-  uint32_t cap = ring_cap(c);
-  if (qm__cc[c].n == cap) {
-    ring_pop(c);
-    atomic_fetch_add_explicit(&delay_early, 1, memory_order_relaxed);
-  }
-  uint32_t at = qm__cc[c].head + qm__cc[c].n;
-  ring_of(c)[at >= cap ? at - cap : at] = (qm_delayed_t){chunk, qm__cc[c].clock};
-  qm__cc[c].n++;
+  qm_checked_t *k = &qm__cc[c];
+  if (qm_age_full(&k->q, k->cap))
+    qm__cache_ring_full(c);
+  k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){chunk, k->clock};
 }
 
 /* A malloc of class c: chunks freed more than free_delay mallocs ago may
  * serve it now. */
 static void ring_tick(unsigned c) {
-  uint32_t now = ++qm__cc[c].clock;
-  while (qm__cc[c].n && now - ring_of(c)[qm__cc[c].head].at > qm__opt.free_delay)
+  qm_checked_t *k = &qm__cc[c];
+  uint32_t now = ++k->clock;
+  while (qm_age_due(&k->q, k->ring, now, (uint32_t)qm__opt.free_delay))
     ring_pop(c);
 }
 
 static void ring_flush(void) {
-  for (unsigned c = 0; c < QM_NCLASS; c++)
-    while (qm__cc[c].n) {
-      qm_delayed_t *d = &ring_of(c)[qm__cc[c].head];
-      qm__cc[c].head = qm__cc[c].head + 1 == ring_cap(c) ? 0 : qm__cc[c].head + 1;
-      qm__cc[c].n--;
-      qm__central_give(c, group, &d->chunk, 1);
-    }
+  for (unsigned c = 0; c < QM_NCLASS; c++) {
+    qm_checked_t *k = &qm__cc[c];
+    while (k->q.n)
+      qm__central_give(c, group, &k->ring[qm_age_pop(&k->q, k->cap)].item, 1);
+  }
 }
 
 #ifdef QM_TEST_HOOKS
@@ -361,11 +349,13 @@ static void fork_reshuffle(void) {
     }
     for (uint32_t i = 0; i < n; i++)
       slot[i] = qm__small_regen(slot[i], c);
-    qm__cc[c].next = n ? qm_rand_below(n) : 0;
+    qm_checked_t *k = &qm__cc[c];
+    k->next = n ? qm_rand_below(n) : 0;
     if (qm__opt.free_delay)
-      for (uint32_t i = 0, at = qm__cc[c].head; i < qm__cc[c].n;
-           i++, at = at + 1 == ring_cap(c) ? 0 : at + 1)
-        ring_of(c)[at].chunk = qm__small_regen(ring_of(c)[at].chunk, c);
+      for (uint32_t i = 0; i < k->q.n; i++) {
+        qm_aged_t *e = &k->ring[qm_age_at(&k->q, i, k->cap)];
+        e->item = qm__small_regen(e->item, c);
+      }
   }
 }
 

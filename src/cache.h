@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "age.h"
 #include "options.h"
 #include "primary.h"
 #include "qm.h"
@@ -51,25 +52,23 @@ void qm__cache_give_slow(uintptr_t chunk, unsigned c);
 /* Checked mode's state of one class of the calling thread (cache.c owns
  * it), all of it behind one thread-pointer offset: the bin (its count over
  * the bin's slot array, the slot the next take hands out) and the
- * delayed-free ring (free_delay = D > 0): a chunk freed waits in a FIFO
- * ring of its class, stamped with the thread's count of mallocs of the
- * class, and enters the bin (where malloc can have it) only once that
+ * delayed-free ring (free_delay = D > 0): a chunk freed waits in an aging
+ * queue of its class (age.h), stamped with the thread's count of mallocs of
+ * the class, and enters the bin (where malloc can have it) only once that
  * count has grown by more than D. A ring holds up to 2D chunks and at most
  * 16 MiB: a thread that frees more within D mallocs pushes its oldest out
  * early (counted). Rings are emptied into the central lists when the
  * thread exits. */
-typedef struct qm_delayed {
-  uintptr_t chunk;
-  uint32_t at; /* the class's malloc count at the free */
-} qm_delayed_t;
 typedef struct qm_checked {
-  uintptr_t *slot;       /* the bin's slot array; NULL while the thread has no live cache */
-  qm_delayed_t *ring;    /* the class's ring (free_delay > 0) */
-  uint32_t count;        /* chunks in the bin */
-  uint32_t next;         /* the slot the next take hands out, drawn (and its
-                          * chunk prefetched) at the take before */
-  uint32_t clock;        /* the thread's mallocs of the class */
-  uint32_t head, n, cap; /* the ring: oldest entry, entries, capacity */
+  uintptr_t *slot; /* the bin's slot array; NULL while the thread has no live cache */
+  qm_aged_t *ring; /* the class's delayed frees (free_delay > 0): cap entries */
+  uint32_t count;  /* chunks in the bin */
+  uint32_t next;   /* the slot the next take hands out, drawn (and its
+                    * chunk prefetched) at the take before */
+  uint32_t clock;  /* the thread's mallocs of the class: the ring's stamps */
+  qm_age_t q;      /* the ring's oldest entry and entries */
+  uint32_t cap;    /* the ring's capacity, set with the cache (a division
+                    * per ring step was 2% of hardening=max's small churn) */
 } qm_checked_t;
 extern __thread qm_checked_t qm__cc[QM_NCLASS] __attribute__((tls_model("initial-exec")));
 
@@ -130,12 +129,8 @@ QM_INLINE uintptr_t qm_cache_take_checked(unsigned c) {
   uint32_t d = (uint32_t)qm__opt.free_delay;
   if (d) {
     uint32_t now = ++k->clock;
-    while (k->n && now - k->ring[k->head].at > d) {
-      uintptr_t chunk = k->ring[k->head].chunk;
-      k->head = k->head + 1 == k->cap ? 0 : k->head + 1;
-      k->n--;
-      qm_checked_put(k, c, chunk);
-    }
+    while (qm_age_due(&k->q, k->ring, now, d))
+      qm_checked_put(k, c, k->ring[qm_age_pop(&k->q, k->cap)].item);
   }
   if (QM_UNLIKELY(!k->count))
     return qm__cache_refill_checked(c);
@@ -154,11 +149,9 @@ QM_INLINE void qm_cache_give_checked(uintptr_t chunk, unsigned c) {
     qm_checked_put(k, c, chunk);
     return;
   }
-  if (QM_UNLIKELY(k->n == k->cap))
+  if (QM_UNLIKELY(qm_age_full(&k->q, k->cap)))
     qm__cache_ring_full(c);
-  uint32_t at = k->head + k->n;
-  k->ring[at >= k->cap ? at - k->cap : at] = (qm_delayed_t){chunk, k->clock};
-  k->n++;
+  k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){chunk, k->clock};
 }
 
 /* Gives the calling thread its cache (and owner id) if it has none yet and

@@ -55,6 +55,7 @@ void qmt_quarantine_flush(void) { qm__large_flush(); }
 void qmt_log_forget(void) { qm__report_log_forget(); }
 uint32_t qmt_sample_left(void) { return qm__sample_left; }
 size_t qmt_zero_cap(size_t slots) { return qm__zero_cap(slots); }
+size_t qmt_delay_early(void) { return qm__cache_delay_early(); }
 
 static qm_aged_t age_ring[8];
 static qm_age_t age_q;

@@ -81,6 +81,9 @@ void qmt_age_reset(uint32_t cap);
 uintptr_t qmt_age_push(uintptr_t item, uint32_t at);
 uintptr_t qmt_age_pop_due(uint32_t now, uint32_t d);
 
+/* Checked mode: chunks that left a delayed-free ring early (it was full). */
+size_t qmt_delay_early(void);
+
 /* Forgets the log file (option log_path) and any failure to open it. */
 void qmt_log_forget(void);
 

@@ -714,6 +714,27 @@ TEST(PrimaryDeathTest, WritingTheSealedStateFaults) {
   EXPECT_EXIT(qmt_poke_class_key(), ::testing::KilledBySignal(SIGSEGV), "");
 }
 
+// hardening=max (its own process, unit-max): a thread's ring of delayed
+// frees of a class holds 2 * free_delay chunks; freeing more with no malloc
+// between pushes the oldest out early, one for each chunk past that, and
+// counts them. The mallocs first tick the class's clock past free_delay, so
+// the ring starts empty; sampled chunks (guarded slots) never enter it.
+TEST(MaxDelay, AFullRingPushesItsOldestOutEarly) {
+  size_t d = qmt_option("free_delay");
+  ASSERT_GE(d, 256u);
+  std::vector<void *> v(2 * d + 100);
+  for (void *&p : v)
+    p = qm_malloc(48);
+  size_t delayed = 0;
+  for (void *p : v)
+    delayed += !qmt_is_guarded(p);
+  ASSERT_GT(delayed, 2 * d);
+  size_t early = qmt_delay_early();
+  for (void *p : v)
+    qm_free(p);
+  EXPECT_EQ(qmt_delay_early() - early, delayed - 2 * d);
+}
+
 // hardening=max (its own process, unit-max): a byte written anywhere in a
 // freed chunk is found when the chunk is handed out again, at its offset,
 // by each width of vector the CPU has (AVX-512F, AVX2, SSE2: the zeroing
