@@ -232,3 +232,8 @@ size_t qmt_small_carved(void) {
   return s.carved;
 }
 void qmt_flush_thread_cache(void) { qm__cache_flush_self(); }
+
+void qmt_central_give(void *p) {
+  uintptr_t ch = (uintptr_t)p;
+  qm__central_give((unsigned)((ch - qm__pbase) >> qm__rshift), qm__cache_group(), &ch, 1);
+}

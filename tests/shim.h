@@ -66,6 +66,9 @@ size_t qmt_group_free(size_t n, unsigned g);
 size_t qmt_steal_min_chunks(size_t n);
 /* Empties the calling thread's cache into the central lists. */
 void qmt_flush_thread_cache(void);
+/* Gives small chunk p to its class's central list as the calling thread's
+ * cache would (for the checks a give makes). */
+void qmt_central_give(void *p);
 /* Bytes carved from all class regions so far. */
 size_t qmt_small_carved(void);
 
