@@ -1,8 +1,8 @@
 /* age.h: the aging queue, a FIFO ring that holds what was freed until it has
  * waited long enough: the guarded slots' quarantine, the zero-size slots,
- * checked mode's delayed small frees. Invariants: head < cap, n <= cap; the
- * k-th oldest entry is at position (head + k) mod cap; entries leave oldest
- * first, never from within.
+ * checked mode's delayed small frees, the large chunks' dead records.
+ * Invariants: head < cap, n <= cap; the k-th oldest entry is at position
+ * (head + k) mod cap; entries leave oldest first, never from within.
  */
 #ifndef QM_AGE_H
 #define QM_AGE_H

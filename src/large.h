@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "age.h"
 #include "lock.h"
 #include "qm.h"
 #include "random.h"
@@ -119,9 +120,10 @@ typedef struct qm_large {
   /* quarantined chunks unmapped before their window passed: only out of
    * address space, memory or mappings, only in the default profile */
   uint64_t window_breaks;
-  /* dead records, oldest first, from dead_head; NIL: forgotten early */
+  /* dead records, oldest first: positions of dead_q, an aging queue of
+   * DEAD_MAX; NIL: forgotten early, left in place until it is the oldest */
   uint32_t dead[DEAD_MAX];
-  size_t dead_head, dead_n;
+  qm_age_t dead_q;
   bool prefilled;                          /* the ring's storage made ready (qm__dead_push) */
   uint64_t belt_fresh, belt_moves, buried; /* belt chunks carved, reuses by move, buried */
   uint64_t belt_pooled;                    /* frees whose pages moved to the mirror */

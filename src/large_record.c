@@ -329,7 +329,7 @@ static void dead_forget(uint32_t i) {
 #define PREFILL_SLACK 64 /* records beyond the ring's: live and pooled chunks come and go */
 
 static void prefill(void) {
-  size_t want = S.nblk + (DEAD_MAX - S.dead_n) + PREFILL_SLACK;
+  size_t want = S.nblk + (DEAD_MAX - S.dead_q.n) + PREFILL_SLACK;
   if (want > LF.blk_max)
     want = LF.blk_max;
   if (want > S.blk_committed) {
@@ -352,7 +352,7 @@ static void prefill(void) {
     qm_os_populate((void *)a, z - a);
     r = end;
   }
-  if (tab_hold(S.tab_used + (DEAD_MAX - S.dead_n) + PREFILL_SLACK))
+  if (tab_hold(S.tab_used + (DEAD_MAX - S.dead_q.n) + PREFILL_SLACK))
     qm_os_populate(S.tab, qm_page_up(S.tab_cap * sizeof(slot_t)));
   /* the ring itself, and the belt's segment table (a page per 2 GiB
    * carved) */
@@ -362,35 +362,31 @@ static void prefill(void) {
 }
 
 void qm__dead_push(uint32_t i) {
-  if (S.dead_n >= PREFILL_AT && !S.prefilled) {
+  if (S.dead_q.n >= PREFILL_AT && !S.prefilled) {
     S.prefilled = true;
     prefill();
   }
-  if (S.dead_n == DEAD_MAX) {
-    uint32_t old = S.dead[S.dead_head];
-    S.dead_head = (S.dead_head + 1) % DEAD_MAX;
-    S.dead_n--;
+  if (qm_age_full(&S.dead_q, DEAD_MAX)) {
+    uint32_t old = S.dead[qm_age_pop(&S.dead_q, DEAD_MAX)];
     if (old != NIL)
       dead_forget(old);
   }
-  S.dead[(S.dead_head + S.dead_n++) % DEAD_MAX] = i;
+  S.dead[qm_age_push(&S.dead_q, DEAD_MAX)] = i;
 }
 
 /* A scan of the ring, once per segment the belt enters (16 MiB carved). */
 void qm__dead_evict(uintptr_t lo, uintptr_t hi) {
   if (lo >= hi)
     return;
-  for (size_t k = 0; k < S.dead_n; k++) {
-    uint32_t *d = &S.dead[(S.dead_head + k) % DEAD_MAX];
+  for (uint32_t k = 0; k < S.dead_q.n; k++) {
+    uint32_t *d = &S.dead[qm_age_at(&S.dead_q, k, DEAD_MAX)];
     if (*d != NIL && B(*d)->base < hi && B(*d)->base + B(*d)->span > lo) {
       dead_forget(*d);
       *d = NIL;
     }
   }
-  while (S.dead_n && S.dead[S.dead_head] == NIL) {
-    S.dead_head = (S.dead_head + 1) % DEAD_MAX;
-    S.dead_n--;
-  }
+  while (S.dead_q.n && S.dead[S.dead_q.head] == NIL)
+    qm_age_pop(&S.dead_q, DEAD_MAX);
 }
 
 #ifdef QM_TEST_HOOKS

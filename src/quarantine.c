@@ -66,6 +66,9 @@ static void bin_remove(uint32_t i) {
     S.nhot[b->bclass]--;
 }
 
+/* The FIFO is a list through the records, not an aging queue (age.h): a
+ * chunk leaves it from within, whenever a request reuses it from a bin, a
+ * belt chunk is buried or the budgets unmap the oldest chunk not BUSY. */
 static void q_append(uint32_t i) {
   block_t *b = B(i);
   b->qnext = NIL;
