@@ -57,9 +57,14 @@ int qm_os_free_lazy(void *p, size_t len, qm_prot_t prot);
 int qm_os_nohugepage(void *p, size_t len);
 int qm_os_hugepage(void *p, size_t len);
 /* MADV_POPULATE_WRITE (Linux 5.14): faults the pages of an RW range in, in
- * one call. An optimisation only: any error (EINVAL where absent) is
- * returned, never reported; the pages then fault in at first touch. */
+ * one call; where it is absent (EINVAL) by a write to each page that
+ * changes nothing. An optimisation only: any other error is returned, never
+ * reported; the pages then fault in at first touch. */
 int qm_os_populate(void *p, size_t len);
+#ifdef QM_TEST_HOOKS
+/* Test hook: on, MADV_POPULATE_WRITE is taken to be absent, as before 5.14. */
+void qm__os_no_populate(bool on);
+#endif
 /* MADV_GUARD_INSTALL / MADV_GUARD_REMOVE (Linux 6.13): EINVAL where absent. */
 int qm_os_guard_install(void *p, size_t len);
 int qm_os_guard_remove(void *p, size_t len);

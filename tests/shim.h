@@ -103,6 +103,8 @@ long qmt_minflt(void);
  * is refused (EFAULT, the destination unmapped), and counted. */
 void qmt_one_vma_moves(int on);
 size_t qmt_refused_moves(void);
+/* MADV_POPULATE_WRITE taken to be absent, as before Linux 5.14. */
+void qmt_no_populate(int on);
 /* Resident bytes of [p, p+len) now (mincore). */
 size_t qmt_resident(const void *p, size_t len);
 /* Lines of /proc/self/maps. */

@@ -45,6 +45,10 @@ public:
     const char *e = std::getenv("QMT_ONE_VMA_MOVES");
     on_ = e && *e == '1';
     qmt_one_vma_moves(on_);
+    // QMT_NO_POPULATE=1 (unit-belt-steady-no-populate): no
+    // MADV_POPULATE_WRITE, as before 5.14
+    e = std::getenv("QMT_NO_POPULATE");
+    qmt_no_populate(e && *e == '1');
   }
   void TearDown() override {
     if (on_) {
@@ -1176,8 +1180,9 @@ TEST_F(SmallBelt, WindowCheckSeesAShallowWindow) {
   EXPECT_LT(r.min_bytes, 4096 * MiB) << "the lap is the reservation, 2 GiB";
 }
 
-// Its own process (unit-belt-steady, the default window_gb): the ring of
-// dead records starts empty there. A reuse on the belt takes a new record
+// Its own process (unit-belt-steady, the default window_gb; again in
+// unit-belt-steady-no-populate, as on 5.10, where MADV_POPULATE_WRITE is
+// absent): the ring of dead records starts empty there. A reuse on the belt takes a new record
 // and keeps the old one for reports, so the records, their stack entries
 // and the hash grow until the ring holds 4096; once 256 chunks have died
 // that storage is made ready in one go, and churn takes no fault at all,
