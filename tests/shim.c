@@ -171,6 +171,22 @@ long qmt_mappings(void) {
   return n;
 }
 
+size_t qmt_inaccessible_pages(uintptr_t from, uintptr_t to) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f)
+    return 0;
+  char line[512];
+  size_t bytes = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char prot[5];
+    if (sscanf(line, "%lx-%lx %4s", &lo, &hi, prot) == 3 && prot[0] == '-' && prot[1] == '-' &&
+        prot[2] == '-' && hi > from && lo < to)
+      bytes += (hi < to ? hi : to) - (lo > from ? lo : from);
+  }
+  fclose(f);
+  return bytes / qm__page;
+}
 void qmt_prot_of(const void *p, char out[5]) {
   out[0] = 0;
   FILE *f = fopen("/proc/self/maps", "r");

@@ -112,6 +112,10 @@ long qmt_mappings(void);
 /* Protection of the mapping holding p as /proc/self/maps prints it
  * ("rw-p", "---p"); "" when unmapped. */
 void qmt_prot_of(const void *p, char out[5]);
+/* Pages of [lo, hi) in PROT_NONE mappings, from one read of /proc/self/maps
+ * (a read per page was hours of a 5.10 guest under hardening=max, whose
+ * maps has a line per guard page). */
+size_t qmt_inaccessible_pages(uintptr_t lo, uintptr_t hi);
 size_t qmt_page(void);
 /* qm_os_read_file: what qmalloc reads proc and sys files with. */
 long qmt_read_file(const char *path, char *buf, size_t cap);
