@@ -174,6 +174,9 @@ typedef struct qm_stats {
      whose pages moved to the belt's pool (belt_way=move) */
   int belt_way;
   uint64_t belt_pooled;
+  /* reuses that assembled a chunk from pieces of pooled chunks (several of
+     them, or a part of one), and the pieces moved for them */
+  uint64_t belt_gathers, belt_pieces;
 } qm_stats_t;
 void qm_stats(qm_stats_t *out);
 

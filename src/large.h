@@ -72,6 +72,11 @@ typedef struct block {
    * free_aligned_sized checks */
   uint8_t ashift;
   uint8_t pool; /* P_* below: where a freed belt chunk's pages wait */
+  /* mappings its resident pages may be, past the first: the pieces a
+   * gathered chunk was assembled from (qm__q_gather), and a part opened
+   * past pages moved in. An upper bound for the mapping count: taking a
+   * pooled chunk's tail leaves its count as it was. */
+  uint8_t extra_vmas;
 } block_t;
 
 /* P_POOLED: a QUAR (or BUSY, freed) belt chunk whose pages were moved away
@@ -127,6 +132,7 @@ typedef struct qm_large {
   bool prefilled;                          /* the ring's storage made ready (qm__dead_push) */
   uint64_t belt_fresh, belt_moves, buried; /* belt chunks carved, reuses by move, buried */
   uint64_t belt_pooled;                    /* frees whose pages moved to the mirror */
+  uint64_t belt_gathers, belt_pieces;      /* reuses assembled from pieces, and those */
   /* the address index: records by the 16 MiB granule of their base, the
    * few spanning more than ABIG on one list; heads, linked by anext */
   _Atomic uint32_t abucket[ABUCKETS], abig;
@@ -242,7 +248,33 @@ uintptr_t *qm__stk_pcs(stk_t *e);
 
 void qm__q_age(void);
 void qm__q_unlink(uint32_t i);
-uint32_t qm__q_fit(size_t need, size_t align);
+/* The aged chunk that serves `need` pages, or NIL; *whole: its resident
+ * pages cover the request (its reuse takes no fault). */
+uint32_t qm__q_fit(size_t need, size_t align, bool *whole);
+
+/* One piece of a gathered chunk: the last n of the resident pages pooled
+ * chunk i held when it was chosen, from page `off` of its usable range (or
+ * its place in the mirror). */
+typedef struct piece {
+  uint32_t i;
+  size_t off, n;
+  unsigned vmas; /* the mappings it is */
+} piece_t;
+#define MAX_PIECES 6      /* a gathered chunk's pieces: mremap calls */
+#define MAX_GATHER_VMAS 8 /* the mappings a gathered chunk's pages may be */
+/* Chooses pooled belt chunks whose resident pages fill `need` pages, at
+ * most `max` pieces, under S.lock: each chosen chunk is BUSY, its resident
+ * count lowered by what it gives, its place in the FIFO kept. Returns the
+ * pieces, in the order they go in, and in *got the pages they hold: fewer
+ * than need if the pool held fewer, more (at most cap) where a chunk with
+ * a few pages to spare was taken whole. */
+unsigned qm__q_gather(size_t need, size_t cap, bool huge, piece_t *p, unsigned max, size_t *got);
+/* After the pieces moved (under S.lock): a chunk that gave all its pages
+ * leaves the quarantine, BUSY (the caller buries it); one that has pages
+ * left goes back to the bins. Returns whether the chunk left. */
+bool qm__q_settle(uint32_t i);
+/* The pieces given back unmoved (under S.lock). */
+void qm__q_ungather(const piece_t *p, unsigned n);
 bool qm__q_enter(uint32_t i, bool dropped);
 bool qm__q_over(void);
 void qm__q_enforce_all(size_t extra_maps);

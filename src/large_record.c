@@ -274,7 +274,7 @@ static void tab_remove(uintptr_t k) {
 }
 
 void qm__set_vmas(block_t *b, bool live) {
-  unsigned v = qm__range_vmas(LF.strategy, live);
+  unsigned v = qm__range_vmas(LF.strategy, live) + b->extra_vmas;
   S.maps = S.maps - b->vmas + v;
   b->vmas = (uint8_t)v;
   if (S.maps > S.maps_peak)

@@ -178,7 +178,7 @@ static void demand_note(size_t need) {
  * close fits first: in 600 ops after 1500 (the quarantine still filling)
  * 0.45 faults/op median of 8 runs, 0.28..0.65, against 0.76, 0.01..1.65
  * drawing among all fits; 2 threads 0.71 against 1.72 (3 runs). */
-uint32_t qm__q_fit(size_t need, size_t align) {
+uint32_t qm__q_fit(size_t need, size_t align, bool *whole) {
   bool newest = LF.strategy == QM_STRATEGY_NONE;
   /* with the quarantine off the freed chunks are only a cache, and one that
    * fits nothing only grows the set of chunks until the budget drops pages
@@ -226,12 +226,15 @@ uint32_t qm__q_fit(size_t need, size_t align) {
       }
     }
     if (pick != NIL && c >= pclass(hot_max))
-      return pick; /* past here no chunk is fault-free within the waste */
+      break; /* past here no chunk is fault-free within the waste */
   }
+  *whole = pick != NIL;
   if (pick != NIL)
     return pick;
-  if (alt != NIL && alt_cost < need)
+  if (alt != NIL && alt_cost < need) {
+    *whole = B(alt)->dirty >= qm_need_in(B(alt), need, align); /* a loose fit */
     return alt;
+  }
   fits = 0;
   for (unsigned c = pclass(need); c <= pclass(hot_max) && c < NBINS; c++) {
     scanned = 0;
@@ -245,6 +248,172 @@ uint32_t qm__q_fit(size_t need, size_t align) {
     }
   }
   return pick;
+}
+
+/* ---- gathering: a chunk assembled from pooled pages (under S.lock) ----
+ *
+ * Where no pooled chunk's resident pages cover a request within the waste
+ * allowed (q_fit), the request used to fault in what they did not cover (a
+ * misfit), or all of it in a fresh chunk; in large churn that was every
+ * fault left once the pool had formed (W=64, 3000 ops after 2000: 4-11
+ * fresh chunks and 17-19 misfits, 700-1300 faults). On the belt pages and
+ * addresses part ways, so any pooled pages serve any request: the new
+ * chunk, carved afresh, is filled with pieces moved from one or more
+ * pooled chunks, each piece one mremap (secondary.c, gather_reuse).
+ * Which pages: a chunk that covers what is left with the fewest pages to
+ * spare gives exactly that (from its tail: its record keeps the rest,
+ * still pooled, at the same place, and its range stays its own); where
+ * none covers it, the one with the most pages gives all of them and the
+ * search goes on. That keeps the pieces few (a request larger than any
+ * pooled chunk takes the largest first) and splits no chunk that a
+ * smaller one could serve whole, so the pool does not crumble into
+ * slivers. Age plays no part: a belt chunk's range waits for the belt,
+ * not for its pages. */
+
+/* What a gathering takes pieces of: chunks of huge pages (their pages
+ * PMD-mapped: whole huge pages of them, 2 MiB-aligned), or the others.
+ * A huge page is never split: cutting a piece out of one splits its PMD
+ * into 512 PTEs for good, and on a VM that shadows page tables each PTE
+ * moved costs about 5 us at its next touch (gathering from any chunk at
+ * any offset took large churn from 450 to 60-110 ops/s at W=8). */
+enum { G_SMALL, G_HUGE };
+
+/* A chunk whose pages a gathering may take: pooled on the belt (QUAR,
+ * binned, pages resident), its pages at most vmax mappings, of the kind
+ * asked for. In-place chunks are reused where they are. */
+static unsigned g_kind;
+static bool gatherable(const block_t *b, unsigned vmax) {
+  if (!(b->flags & F_BELT) || b->state != B_QUAR || !b->dirty || b->extra_vmas >= vmax)
+    return false;
+  size_t hp = LF.thp_size >> qm__page_shift;
+  if (g_kind == G_SMALL)
+    return !(b->flags & F_HUGE);
+  return (b->flags & F_HUGE) && hp && b->dirty % hp == 0;
+}
+
+/* The gatherable chunk with the fewest resident pages, at least n: in the
+ * first class that has one (a class above n's holds only chunks that cover
+ * n; in n's own, some may hold fewer). NIL if none. */
+static uint32_t least_covering(size_t n, unsigned vmax) {
+  for (unsigned c = pclass(n); c < NBINS; c++) {
+    if (!S.nhot[c])
+      continue;
+    uint32_t best = NIL;
+    unsigned scanned = 0;
+    for (uint32_t i = S.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+      const block_t *b = B(i);
+      if (gatherable(b, vmax) && b->dirty >= n && (best == NIL || b->dirty < B(best)->dirty))
+        best = i;
+    }
+    if (best != NIL)
+      return best;
+  }
+  return NIL;
+}
+
+/* The gatherable chunk with the most resident pages, at most `most` (of
+ * the highest class that has one), NIL if none. */
+static uint32_t most_resident(size_t most, unsigned vmax) {
+  for (unsigned c = pclass(most) + 1; c-- > 0;) {
+    if (!S.nhot[c])
+      continue;
+    uint32_t best = NIL;
+    unsigned scanned = 0;
+    for (uint32_t i = S.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+      const block_t *b = B(i);
+      if (gatherable(b, vmax) && b->dirty <= most && (best == NIL || b->dirty > B(best)->dirty))
+        best = i;
+    }
+    if (best != NIL)
+      return best;
+  }
+  return NIL;
+}
+
+/* Adds pieces of the kind g_kind asks for to p[*n], while pages are left
+ * and pieces and mappings allowed. */
+static void gather_kind(size_t cap, piece_t *p, unsigned *n, unsigned max, size_t *left,
+                        size_t *total, unsigned *vleft) {
+  /* a chunk's pages are split only where what it keeps is a chunk's worth
+   * (128 KiB, the least large request): splitting off all but a sliver
+   * left the pool full of slivers, each a record and a mapping, that no
+   * request could use but as one more piece */
+  size_t min_rest = ((size_t)128 << 10) >> qm__page_shift;
+  size_t hp = LF.thp_size >> qm__page_shift;
+  while (*left && *n < max && *vleft) {
+    /* huge pages only while a whole one is wanted */
+    if (g_kind == G_HUGE && *left < hp)
+      break;
+    size_t take = 0, want = g_kind == G_HUGE ? *left / hp * hp : *left;
+    /* one that covers what is left, whole if it has only a few pages to
+     * spare and they fit the new chunk */
+    uint32_t i = least_covering(want, *vleft);
+    if (i != NIL && B(i)->dirty - want >= min_rest) /* its tail, then */
+      i = NIL;
+    if (i != NIL && *total + B(i)->dirty > cap)
+      i = NIL;
+    if (i != NIL)
+      take = B(i)->dirty;
+    /* else the tail of one of a single mapping that keeps a chunk's worth
+     * (or, if none does, a sliver) */
+    if (i == NIL && (i = least_covering(want + min_rest, 1)) == NIL)
+      i = least_covering(want, 1);
+    if (i != NIL && !take)
+      take = want;
+    /* else all of the largest that fits the new chunk, and on */
+    if (i == NIL && (i = most_resident(cap - *total, *vleft)) != NIL)
+      take = B(i)->dirty;
+    if (i == NIL)
+      break;
+    block_t *b = B(i);
+    *vleft -= b->extra_vmas + 1u;
+    /* out of the bins, BUSY, its place in the FIFO kept; what it gives is
+     * no longer the quarantine's */
+    bin_remove(i);
+    b->state = B_BUSY;
+    b->dirty -= take;
+    S.qresident -= take;
+    p[(*n)++] = (piece_t){.i = i, .off = b->dirty, .n = take, .vmas = b->extra_vmas + 1u};
+    *left -= take < *left ? take : *left;
+    *total += take;
+  }
+}
+
+unsigned qm__q_gather(size_t need, size_t cap, bool huge, piece_t *p, unsigned max, size_t *got) {
+  size_t left = need, total = 0;
+  unsigned n = 0, vleft = MAX_GATHER_VMAS;
+  qm__q_age();
+  /* a chunk of huge pages takes whole huge pages, each landing 2 MiB-
+   * aligned (the chunk starts so): they move PMD by PMD and stay huge; a
+   * smaller chunk takes small pages. Each kind serves its own: huge
+   * chunks filled up with small pages took them from the small requests,
+   * which cannot take huge pages apart, and these then faulted in fresh
+   * chunks beside a pool of huge pages (W=64: 14-27 fresh chunks in 3000
+   * ops against 4-9) */
+  g_kind = huge && LF.thp_size ? G_HUGE : G_SMALL;
+  gather_kind(cap, p, &n, max, &left, &total, &vleft);
+  *got = total;
+  return n;
+}
+bool qm__q_settle(uint32_t i) {
+  block_t *b = B(i);
+  if (b->dirty) {
+    b->state = B_QUAR;
+    bin_insert(i);
+    return false;
+  }
+  qm__q_unlink(i);
+  return true;
+}
+
+void qm__q_ungather(const piece_t *p, unsigned n) {
+  for (unsigned k = 0; k < n; k++) {
+    block_t *b = B(p[k].i);
+    b->dirty += p[k].n;
+    S.qresident += p[k].n;
+    b->state = B_QUAR;
+    bin_insert(p[k].i);
+  }
 }
 
 /* ---- victims: chunks leaving the quarantine (unmapped) or losing their

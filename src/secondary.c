@@ -72,6 +72,40 @@ static bool use_belt(size_t cap, bool noreuse) {
          cap << qm__page_shift < qm__opt.unmap_threshold_mb << 20;
 }
 
+/* The capacity a new chunk of `need` pages gets (its page class, whole
+ * huge pages where it gets THP, 2 MiB-aligned then). */
+static size_t shape(size_t need, bool noreuse, size_t *align, bool *huge) {
+  size_t cap = noreuse ? need : pclass_pages(pclass(need));
+  if (cap < need) /* past the last class */
+    cap = need;
+  *huge = want_thp(cap);
+  if (*huge && *align < LF.thp_size)
+    *align = LF.thp_size;
+  if (*huge) { /* whole huge pages, for any later extent (see extent()) */
+    size_t hp = LF.thp_size >> qm__page_shift;
+    cap = (cap + hp - 1) / hp * hp;
+  }
+  return cap;
+}
+
+/* A chunk's extra mappings (extra_vmas) with `more`, saturating: past
+ * MAX_GATHER_VMAS it is never gathered from, whatever the count. */
+static uint8_t more_vmas(uint8_t had, unsigned more) {
+  return (uint8_t)(had + more < UINT8_MAX ? had + more : UINT8_MAX);
+}
+
+/* Whether a request of `need` pages may be gathered from pooled pages
+ * (gather_reuse): a chunk of its size would come from the belt, and the
+ * kernel moves a range of several mappings in one mremap (the gathered
+ * chunk is several, and moves whole at its next free or reuse). */
+static bool may_gather(size_t need, size_t align) {
+  if (LF.belt_way == QM_BELT_IN_PLACE)
+    return false;
+  bool huge;
+  size_t cap = shape(need, false, &align, &huge);
+  return use_belt(cap, false) && qm_os_move_spans_vmas();
+}
+
 /* Carves a range from the belt with a record for it (BUSY); NIL if either
  * cannot be had. The dead records of the segments it enters go first. */
 static uint32_t carve_locked(size_t cap, size_t align, qm_range_t *r) {
@@ -336,6 +370,7 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
                  .dirty = moved,
                  .state = B_BUSY,
                  .flags = (uint8_t)(F_BELT | (huge ? F_HUGE : 0) | (split ? F_SPLIT : 0)),
+                 .extra_vmas = more_vmas(o->extra_vmas, moved && open > moved),
                  .qprev = NIL,
                  .qnext = NIL,
                  .bprev = NIL,
@@ -359,18 +394,177 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
   return (void *)u;
 }
 
+/* Settles the pieces' chunks once their pages moved (under S.lock): one
+ * that gave all it had is dead (buried: its range and its emptied place in
+ * the mirror are mapped afresh with the other dead ranges), one with pages
+ * left stays pooled. Returns whether the caller must qm__belt_tidy(). */
+static bool settle_pieces(const piece_t *pc, unsigned n) {
+  bool work = false;
+  for (unsigned k = 0; k < n; k++)
+    if (qm__q_settle(pc[k].i))
+      work |= qm__q_bury_locked(pc[k].i, false);
+  return work;
+}
+
+/* Serves a request that no pooled chunk covers alone (q_fit found no chunk
+ * whose resident pages cover it) with a chunk carved afresh and filled
+ * with pieces of pooled chunks' pages (qm__q_gather chooses them), each
+ * moved by one mremap with MREMAP_DONTUNMAP: the chunk takes no fault for
+ * the pages the pool held, whatever their sizes; only what the pool could
+ * not give (it held fewer, or more than MAX_PIECES pieces were needed) is
+ * opened from the reservation and faults in. Pages that waited PROT_NONE
+ * (belt_way=protect) are opened with one mprotect over the whole extent;
+ * pages pooled RW (move) need none, but for the part the pool could not
+ * give. Syscalls: one mremap a piece, and the mprotect. A chunk that gave
+ * only part of its pages keeps the rest, pooled where they were, and its
+ * range: a dangling pointer into the part given still faults (PROT_NONE,
+ * or mapped afresh under move) and names that chunk, whose record covers
+ * its whole range; one that gave all is buried like the chunk of
+ * move_reuse. THP: a chunk of huge pages is carved 2 MiB-aligned and
+ * takes pieces of whole huge pages first, which then move PMD by PMD. The
+ * pieces are separate mappings (their page offsets differ): a chunk of n
+ * pieces holds n - 1 more (extra_vmas), within MAX_PIECES; it is F_SPLIT,
+ * so it is gathered only on kernels whose mremap moves a range of several
+ * mappings at once (6.x; 5.10 and 5.15 refuse with EFAULT), where it moves
+ * again whole at its next free and reuse. NULL where the pool has nothing
+ * to give, or no range can be carved, or a move fails: the caller maps a
+ * fresh chunk. */
+typedef struct gather {
+  piece_t pc[MAX_PIECES];
+  unsigned n;
+  size_t cap;
+  bool huge;
+  uint32_t j; /* the new chunk's record */
+  qm_range_t r;
+} gather_t;
+
+/* Under S.lock: chooses the pieces and carves the range for them. Only a
+ * request the pool covers in full is gathered: one it covers in part
+ * faults in the rest either way, and gathering it then only cut more
+ * chunks into pieces (measured: W=64 churn went from 0.3 to 1-1.5
+ * faults/op, small requests finding only huge pages, which they may not
+ * split, left in the pool). False: nothing taken, nothing carved. */
+static bool gather_plan_locked(gather_t *g, size_t need, size_t align) {
+  g->cap = shape(need, false, &align, &g->huge);
+  size_t got = 0;
+  g->n = qm__q_gather(need, g->cap, g->huge, g->pc, MAX_PIECES, &got);
+  QM_CHECK_OP(got, <=, g->cap); /* the pieces fit the range carved */
+  g->j = g->n && got >= need ? carve_locked(g->cap, align, &g->r) : NIL;
+  if (g->n && g->j == NIL)
+    qm__q_ungather(g->pc, g->n);
+  return g->j != NIL;
+}
+
+static void *gather_reuse(gather_t *g, size_t size, unsigned ashift, size_t need, size_t lead,
+                          bool zero, const trace_t *t) {
+  const piece_t *pc = g->pc;
+  unsigned n = g->n;
+  size_t cap = g->cap;
+  bool huge = g->huge;
+  uint32_t j = g->j;
+  qm_range_t r = g->r;
+  size_t moved = 0;
+  bool closed = false, open = false; /* some pages waited PROT_NONE; some RW */
+  int err = 0;
+  unsigned k = 0;
+  for (; k < n && !err; k++) {
+    const block_t *o = B(pc[k].i);
+    uintptr_t from = o->pool & P_POOLED ? qm__belt_shadow(o->usable) : o->usable;
+    closed |= !(o->pool & P_POOLED);
+    open |= o->pool & P_POOLED;
+    err = qm_os_move((void *)(from + (pc[k].off << qm__page_shift)), pc[k].n << qm__page_shift,
+                     (void *)(r.usable + (moved << qm__page_shift)), true);
+    if (!err)
+      moved += pc[k].n;
+  }
+  if (err) {
+    /* as in move_reuse, the failed move's destination is left as it is and
+     * its segments never carved again; what moved before it is dropped
+     * (that part of the range is this chunk's). The pieces not moved go
+     * back to the pool. */
+    if (moved)
+      qm__belt_clean(r.usable, moved << qm__page_shift);
+    qm_lock(&S.lock);
+    if (err == EINVAL)
+      S.no_dontunmap = true;
+    qm__rec_free(j);
+    qm__q_ungather(pc + k - 1, n - (k - 1));
+    bool work = settle_pieces(pc, k - 1);
+    qm_unlock(&S.lock);
+    if (work)
+      qm__belt_tidy();
+    return NULL;
+  }
+  int adv = moved < need ? thp_advice(cap) : 0; /* for the part opened afresh */
+  if (adv > 0)
+    qm_os_hugepage((void *)(r.usable + (moved << qm__page_shift)), (need - moved)
+                                                                       << qm__page_shift);
+  else if (adv < 0)
+    qm_os_nohugepage((void *)(r.usable + (moved << qm__page_shift)), (need - moved)
+                                                                         << qm__page_shift);
+  /* the extent opened (all of it where pages waited PROT_NONE, else what
+   * the pool did not give), and pages past it (a chunk taken whole with a
+   * few to spare) closed where they came RW: they stay with the chunk,
+   * resident, as a misfit's do in move_reuse */
+  size_t from = closed ? 0 : moved;
+  int perr = from < need ? qm_os_protect((void *)(r.usable + (from << qm__page_shift)),
+                                         (need - from) << qm__page_shift, QM_PROT_NONE, QM_PROT_RW)
+                         : 0;
+  if (!perr && open && moved > need)
+    perr = qm_os_protect((void *)(r.usable + (need << qm__page_shift)),
+                         (moved - need) << qm__page_shift, QM_PROT_RW, QM_PROT_NONE);
+  if (perr) {
+    uncarve(j, &r); /* the moved pages go with it */
+    qm_lock(&S.lock);
+    bool work = settle_pieces(pc, n);
+    qm_unlock(&S.lock);
+    if (work)
+      qm__belt_tidy();
+    return NULL;
+  }
+  qm_lock(&S.lock);
+  qm__tab_reserve();
+  block_t *b = B(j);
+  unsigned parts = moved < need; /* mappings its RW part is */
+  for (unsigned m = 0; m < n; m++)
+    parts += pc[m].vmas;
+  *b = (block_t){.base = r.base,
+                 .usable = r.usable,
+                 .span = r.span,
+                 .cap = cap,
+                 .rw = need,
+                 .dirty = moved,
+                 .lead = lead,
+                 .state = B_BUSY,
+                 .flags = (uint8_t)(F_BELT | (huge ? F_HUGE : 0) | (parts > 1 ? F_SPLIT : 0)),
+                 .extra_vmas = (uint8_t)(parts - 1),
+                 .qprev = NIL,
+                 .qnext = NIL,
+                 .bprev = NIL,
+                 .bnext = NIL};
+  qm__rec_publish(j);
+  S.mapped_bytes += r.span;
+  S.belt_moves++;
+  S.belt_gathers++;
+  S.belt_pieces += n;
+  bool work = settle_pieces(pc, n);
+  size_t nonzero = hand_out_locked(j, size, ashift, need, lead, true, t);
+  bool over = qm__q_over();
+  uintptr_t u = user_of(b);
+  qm_unlock(&S.lock);
+  if (work)
+    qm__belt_tidy();
+  if (over)
+    qm__q_enforce_all(0);
+  if (zero && nonzero)
+    memset((void *)u, 0, nonzero);
+  return (void *)u;
+}
+
 static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_t align, bool zero,
                    bool noreuse, const trace_t *t) {
-  size_t cap = noreuse ? need : pclass_pages(pclass(need));
-  if (cap < need) /* past the last class */
-    cap = need;
-  bool huge = want_thp(cap);
-  if (huge && align < LF.thp_size)
-    align = LF.thp_size;
-  if (huge) { /* whole huge pages, for any later extent (see extent()) */
-    size_t hp = LF.thp_size >> qm__page_shift;
-    cap = (cap + hp - 1) / hp * hp;
-  }
+  bool huge;
+  size_t cap = shape(need, noreuse, &align, &huge);
   if (use_belt(cap, noreuse)) {
     qm__q_enforce_all(0);
     void *p = fresh_belt(size, ashift, need, lead, align, zero, cap, huge, t);
@@ -444,9 +638,19 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
   size_t need = extent(pages, align), lead = need - pages;
   bool noreuse = need << qm__page_shift >= qm__opt.unmap_threshold_mb << 20;
   if (!noreuse && LF.strategy != QM_STRATEGY_UNMAP) {
+    bool can_gather =
+        may_gather(need, align); /* before the lock: its first call tests the kernel */
     qm_lock(&S.lock);
     qm__q_age();
-    uint32_t i = qm__q_fit(need, align);
+    bool whole = false;
+    uint32_t i = qm__q_fit(need, align, &whole);
+    /* no chunk's resident pages cover the request: on the belt it is
+     * gathered from pooled pages instead of faulting in the difference
+     * (gather_reuse), the chunk q_fit found left pooled */
+    gather_t g;
+    bool gather = !whole && can_gather && gather_plan_locked(&g, need, align);
+    if (gather)
+      i = NIL;
     /* what the picked chunk opens: a THP chunk serving a smaller request
      * opens whole huge pages too, placed as extent() places its own */
     size_t open = i != NIL ? qm_need_in(B(i), need, align) : need;
@@ -471,6 +675,11 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       if (p)
         return p;
       i = NIL;
+    }
+    if (gather) {
+      void *p = gather_reuse(&g, size, ashift, need, lead, zero, &t);
+      if (p)
+        return p;
     }
     if (i != NIL) {
       block_t *b = B(i);
@@ -770,6 +979,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
                  .size = size,
                  .state = B_LIVE,
                  .flags = (noreuse ? F_NOREUSE : 0) | F_SPLIT | (belt ? F_BELT : 0),
+                 .extra_vmas = more_vmas(o->extra_vmas, 1),
                  .qprev = NIL,
                  .qnext = NIL,
                  .bprev = NIL,
@@ -853,8 +1063,10 @@ void *qm__large_realloc(void *p, size_t size) {
       /* a belt chunk opened past its resident pages: those come from the
        * reservation, a mapping apart from pages an earlier reuse moved in
        * (their offsets differ), so its RW part may be two mappings now */
-      if (new_rw > b->dirty && (b->flags & F_BELT))
+      if (new_rw > b->dirty && (b->flags & F_BELT)) {
         b->flags |= F_SPLIT;
+        b->extra_vmas = more_vmas(b->extra_vmas, 1);
+      }
       if (b->dirty < new_rw)
         b->dirty = new_rw;
       S.ltail += tail_pages(b); /* a shrink keeps its tail resident */
@@ -926,6 +1138,8 @@ void qm__large_stats(qm_stats_t *s) {
   s->belt_fresh = S.belt_fresh;
   s->belt_way = LF.belt_way;
   s->belt_pooled = S.belt_pooled;
+  s->belt_gathers = S.belt_gathers;
+  s->belt_pieces = S.belt_pieces;
   qm_unlock(&S.lock);
   qm__belt_stats(&s->belt_reserved_bytes, &s->belt_window_bytes, &s->belt_mappings);
 }

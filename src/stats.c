@@ -128,6 +128,8 @@ QM_EXPORT void qm_malloc_stats(void) {
   line(&b, "belt chunks carved fresh", s.belt_fresh);
   line(&b, "belt reuses by moving pages", s.belt_moves);
   line(&b, "belt frees pooled (way move)", s.belt_pooled);
+  line(&b, "belt reuses gathered from pieces", s.belt_gathers);
+  line(&b, "belt pieces gathered", s.belt_pieces);
   line(&b, "threads with a cache", s.threads);
 }
 
