@@ -409,10 +409,10 @@ static bool settle_pieces(const piece_t *pc, unsigned n) {
 /* Serves a request that no pooled chunk covers alone (q_fit found no chunk
  * whose resident pages cover it) with a chunk carved afresh and filled
  * with pieces of pooled chunks' pages (qm__q_gather chooses them), each
- * moved by one mremap with MREMAP_DONTUNMAP: the chunk takes no fault for
- * the pages the pool held, whatever their sizes; only what the pool could
- * not give (it held fewer, or more than MAX_PIECES pieces were needed) is
- * opened from the reservation and faults in. Pages that waited PROT_NONE
+ * moved by one mremap with MREMAP_DONTUNMAP: the chunk takes no fault,
+ * whatever the sizes of the chunks the pages came from (only a request the
+ * pool covers in full, within MAX_PIECES, is gathered: gather_plan_locked).
+ * Pages that waited PROT_NONE
  * (belt_way=protect) are opened with one mprotect over the whole extent;
  * pages pooled RW (move) need none, but for the part the pool could not
  * give. Syscalls: one mremap a piece, and the mprotect. A chunk that gave
