@@ -432,7 +432,7 @@ static bool settle_pieces(const piece_t *pc, unsigned n) {
 typedef struct gather {
   piece_t pc[MAX_PIECES];
   unsigned n;
-  size_t cap;
+  size_t need, cap; /* the extent opened (whole huge pages), the capacity */
   bool huge;
   uint32_t j; /* the new chunk's record */
   qm_range_t r;
@@ -445,18 +445,34 @@ typedef struct gather {
  * faults/op, small requests finding only huge pages, which they may not
  * split, left in the pool). False: nothing taken, nothing carved. */
 static bool gather_plan_locked(gather_t *g, size_t need, size_t align) {
-  g->cap = shape(need, false, &align, &g->huge);
-  size_t got = 0;
-  g->n = qm__q_gather(need, g->cap, g->huge, g->pc, MAX_PIECES, &got);
-  QM_CHECK_OP(got, <=, g->cap); /* the pieces fit the range carved */
-  g->j = g->n && got >= need ? carve_locked(g->cap, align, &g->r) : NIL;
-  if (g->n && g->j == NIL)
-    qm__q_ungather(g->pc, g->n);
-  return g->j != NIL;
+  g->need = need;
+  for (int round = 0; round < 2; round++) {
+    size_t a = align;
+    g->cap = shape(g->need, false, &a, &g->huge);
+    size_t got = 0;
+    g->n = qm__q_gather(g->need, g->cap, g->huge, g->pc, MAX_PIECES, &got);
+    QM_CHECK_OP(got, <=, g->cap); /* the pieces fit the range carved */
+    g->j = g->n && got >= g->need ? carve_locked(g->cap, a, &g->r) : NIL;
+    if (g->n && g->j == NIL)
+      qm__q_ungather(g->pc, g->n);
+    if (g->j != NIL)
+      return true;
+    /* a smaller request that small pages cannot fill takes whole huge
+     * pages, opened as a THP chunk's extent is (extent(): its lead is its
+     * own slack), as q_fit lets it take a pooled huge chunk whole: where
+     * most pooled pages were huge, small requests otherwise faulted in
+     * fresh chunks beside them */
+    size_t hp = LF.thp_size >> qm__page_shift;
+    if (round || g->huge || !hp || align > qm__page)
+      return false;
+    g->need = (need + hp - 1) / hp * hp;
+  }
+  return false;
 }
 
-static void *gather_reuse(gather_t *g, size_t size, unsigned ashift, size_t need, size_t lead,
-                          bool zero, const trace_t *t) {
+static void *gather_reuse(gather_t *g, size_t size, unsigned ashift, size_t pages, bool zero,
+                          const trace_t *t) {
+  size_t need = g->need, lead = need - pages;
   const piece_t *pc = g->pc;
   unsigned n = g->n;
   size_t cap = g->cap;
@@ -677,7 +693,7 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       i = NIL;
     }
     if (gather) {
-      void *p = gather_reuse(&g, size, ashift, need, lead, zero, &t);
+      void *p = gather_reuse(&g, size, ashift, pages, zero, &t);
       if (p)
         return p;
     }
