@@ -1225,45 +1225,6 @@ TEST_F(BeltSteady, ReuseTakesNoFaultsWhileTheRingOfDeadRecordsFills) {
   qm_free(p);
 }
 
-// Its own process (unit-belt-steady, and -move): large churn of 8 live
-// chunks of mixed sizes (128 KiB..4 MiB, each page written), after a
-// warm-up of 2000 ops, takes almost no fault: a request that no pooled chunk covers alone is
-// gathered from several. Before, such a request faulted in what its chunk
-// lacked, or a fresh chunk all of it (0.03-0.33 faults/op in 3000 ops after
-// 2000, by seed).
-TEST_F(BeltSteady, ChurnOfMixedSizesTakesNoFaultsOnceThePoolFormed) {
-  if (!gathers())
-    GTEST_SKIP() << "no gathering here";
-  qm_stats_t first = stats();
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<double> lg(std::log(128.0 * KiB), std::log(4.0 * MiB));
-  const size_t pg = qmt_page();
-  std::vector<char *> live(8, nullptr);
-  auto op = [&](int i) {
-    qm_free(live[i % 8]);
-    size_t n = static_cast<size_t>(std::exp(lg(rng)));
-    char *p = static_cast<char *>(qm_malloc(n));
-    for (size_t o = 0; o < n; o += pg)
-      p[o] = static_cast<char>(i);
-    p[n - 1] = 1;
-    live[i % 8] = p;
-  };
-  for (int i = 0; i < 2000; i++)
-    op(i);
-  qm_stats_t before = stats();
-  long f0 = qmt_minflt();
-  for (int i = 2000; i < 3000; i++)
-    op(i);
-  long faults = qmt_minflt() - f0;
-  qm_stats_t after = stats();
-  for (char *p : live)
-    qm_free(p);
-  EXPECT_GT(after.belt_gathers, first.belt_gathers) << "some requests gathered";
-  EXPECT_LE(faults, 150) << "in 1000 ops; " << after.belt_fresh - before.belt_fresh
-                         << " fresh chunks, " << after.belt_gathers - before.belt_gathers
-                         << " gathered";
-}
-
 // The belt's dead ranges are mapped afresh in batches: thousands of moves
 // leave a bounded number of mappings, far below vm.max_map_count.
 TEST_F(Large, BeltMappingsStayBounded) {
