@@ -375,5 +375,6 @@ void qm__cache_fork_child(void) {
   group_live[group] = nthreads;
   if (registry)
     registry->next = registry->prev = NULL;
+  qm__state_fork_settle();
   fork_reshuffle();
 }

@@ -156,15 +156,17 @@ static void fork_parent(void) {
   qm__guarded_fork_parent();
 }
 
-/* The cache's last: the parent's other threads' ids are closed, and what
- * was sent to them goes to the central lists, whose locks are fresh. */
+/* The class locks fresh before the cache's handler: the parent's other
+ * threads' ids are closed, and what was sent to them goes to the central
+ * lists. Then the central chunks take fresh generations: those too. */
 static void fork_child(void) {
   qm__random_fork_child(); /* before anything in the child draws */
   qm_lock_reinit(&qm__meta_lock);
   qm__zero_fork_child();
-  qm__primary_fork_child(qm__cache_group());
+  qm__primary_fork_locks();
   qm__state_fork_child();
   qm__cache_fork_child();
+  qm__primary_fork_child(qm__cache_group());
   qm__large_fork_child();
   qm__guarded_fork_child();
 }

@@ -658,11 +658,15 @@ static void fork_regen(unsigned c, central_t *cl, unsigned own) {
 
 /* The forking thread is the child's only one: every group's set becomes
  * its group's, or chunks below QM_STEAL_MIN in the others would sit unused. */
+void qm__primary_fork_locks(void) {
+  for (unsigned c = 0; c < QM_NCLASS; c++)
+    qm_lock_reinit(&central[c].lock);
+}
+
 void qm__primary_fork_child(unsigned group) {
   unsigned own = group % QM_GROUPS;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     central_t *cl = &central[c];
-    qm_lock_reinit(&cl->lock);
     unsigned others = groups_used(cl) & ~(1u << own);
     if (!others)
       continue;

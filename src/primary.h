@@ -147,7 +147,10 @@ void qm__primary_stats(qm_primary_stats_t *s);
 
 void qm__primary_lock_all(void);
 void qm__primary_unlock_all(void);
-/* In a fork child: fresh locks, and every central chunk given to group's. */
+/* In a fork child: fresh class locks (first: the other fork handlers give
+ * chunks back); then, once every free in flight is applied, every central
+ * chunk given to group's, with a fresh generation. */
+void qm__primary_fork_locks(void);
 void qm__primary_fork_child(unsigned group);
 
 #endif

@@ -735,9 +735,8 @@ __attribute__((destructor)) static void rpend_at_exit(void) {
   qm_busy_leave(was);
 }
 
-void qm__state_drain(void) {
-  qm__small_pend_flush();
-  unsigned me = my_id();
+/* Settles the frees other threads sent this one (id me) into its bins. */
+QM_INLINE void drain_inbox(unsigned me) {
   if (me && atomic_load_explicit(&owners[me].inbox, memory_order_relaxed)) {
     msgb_t *b = atomic_exchange_explicit(&owners[me].inbox, NULL, memory_order_acquire);
     while (b && b != CLOSED) {
@@ -757,6 +756,12 @@ void qm__state_drain(void) {
       b = next;
     }
   }
+}
+
+void qm__state_drain(void) {
+  qm__small_pend_flush();
+  unsigned me = my_id();
+  drain_inbox(me);
   while (nested_head != nested_tail) {
     uintptr_t m = nested[nested_head % NESTED_CAP];
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -919,6 +924,13 @@ void qm__state_retire(unsigned id) {
 void qm__state_orphan(unsigned id) {
   qm_lock_reinit(&owners[id].lock);
   close_inbox(id, false);
+}
+
+void qm__state_fork_settle(void) {
+  uintptr_t was = qm_busy_enter();
+  qm__state_flush_outbox();
+  drain_inbox(my_id());
+  qm_busy_leave(was);
 }
 
 uintptr_t qm__small_regen(uintptr_t s, unsigned c) {

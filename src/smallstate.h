@@ -225,6 +225,12 @@ void qm__state_retire(unsigned id);
 /* In a fork child: the ids of the parent's other threads have no thread;
  * what was sent to them is applied now. */
 void qm__state_orphan(unsigned id);
+/* In a fork child, once the other ids are closed and before the free
+ * chunks take fresh generations: the frees this thread has not sent yet
+ * (they go to the central lists) and the ones sent to it (to its bins) are
+ * applied now. Settled later, each took its parent's next generation, the
+ * same in every child. */
+void qm__state_fork_settle(void);
 /* In a fork child: free chunk s (chunk | generation << 48, or a chunk
  * alone) of class c takes a fresh random generation, so its canary once
  * handed out is not the one its parent's or a sibling's copy has; returns

@@ -216,4 +216,80 @@ TEST(Fork, ChildrenDrawAfresh) {
   EXPECT_NE(a.sample, p.sample) << "a child samples its parent's allocation";
 }
 
+// The state (2: free) and generation of each of v's chunks in a fork child
+// that has emptied its cache (its frees on their way to other threads sent).
+std::vector<unsigned> child_entries(const std::vector<void *> &v) {
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  EXPECT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(20);
+    close(fds[0]);
+    qmt_flush_thread_cache();
+    std::vector<unsigned> e;
+    for (void *p : v) {
+      qmt_entry_t w = qmt_entry(p);
+      e.push_back(w.state << 16 | w.gen);
+    }
+    ssize_t want = ssize_t(e.size() * sizeof e[0]);
+    _exit(write(fds[1], e.data(), size_t(want)) == want ? 0 : 1);
+  }
+  close(fds[1]);
+  std::vector<unsigned> e(v.size());
+  size_t got = 0, want = e.size() * sizeof e[0];
+  while (got < want) {
+    ssize_t r = read(fds[0], reinterpret_cast<char *>(e.data()) + got, want - got);
+    if (r <= 0)
+      break;
+    got += size_t(r);
+  }
+  close(fds[0]);
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(got, want);
+  return e;
+}
+
+// Frees on their way to another thread when the process forks (in the
+// owner's inbox, or still in the forking thread's outbox) make free chunks
+// of the child like any other: they take fresh generations too, so two
+// children do not hand them out with one canary. Settled after the
+// generations were drawn, they had the parent's next one in every child.
+TEST(Fork, ChunksFreedInFlightTakeFreshGenerations) {
+  constexpr int kN = 32;
+  std::vector<void *> v(2 * kN);
+  std::atomic<int> phase{0};
+  std::thread owner([&] {
+    for (void *&p : v)
+      p = qm_malloc(48);
+    phase = 1;
+    while (phase != 2) // no malloc: its inbox is not drained
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (phase != 1)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  qm_free(qm_malloc(48)); // this thread has a cache: its frees are batched
+  for (int i = 0; i < kN; i++)
+    qm_free(v[i]);
+  qmt_flush_thread_cache(); // sent: in the owner's inbox
+  for (int i = kN; i < 2 * kN; i++)
+    qm_free(v[i]); // still in this thread's outbox
+  std::vector<unsigned> a = child_entries(v), b = child_entries(v);
+  phase = 2;
+  owner.join();
+  qmt_flush_thread_cache();
+  int same = 0, n = 0;
+  for (size_t i = 0; i < v.size(); i++) {
+    if (qmt_is_guarded(v[i])) // sampled: a guarded slot, no entry
+      continue;
+    n++;
+    EXPECT_EQ(a[i] >> 16, 2u) << "chunk " << i << " not free in the child";
+    same += a[i] == b[i];
+  }
+  EXPECT_LE(same, 2) << same << " of " << n
+                     << " chunks freed in flight have one generation in two children";
+}
+
 } // namespace
