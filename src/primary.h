@@ -6,9 +6,9 @@
  * keeps whatever is mapped there from touching class 0. Chunks of class c
  * sit at region + i*size and hold no allocator state: their state is entry i
  * of the class's table (smallstate.h), in a reservation of its own. The
- * central free lists hold chunk addresses out of band, and every address
- * taken from them is checked against its region and its table entry before
- * it is handed out.
+ * central free sets are bitmaps out of band (a bit a chunk slot, per group
+ * of threads, beside the tables), and every chunk taken from them is
+ * checked against its region and its table entry before it is handed out.
  */
 #ifndef QM_PRIMARY_H
 #define QM_PRIMARY_H
@@ -109,17 +109,17 @@ QM_INLINE uintptr_t qm_chunk_index(uintptr_t roff, unsigned c) {
 /* secret: the per-process secret the region keys are derived from */
 int qm__primary_init(uint64_t secret);
 /* Moves up to want free chunks of class c into out (chunk addresses): from
- * group's stack, then from other groups' that hold more than QM_STEAL_MIN,
+ * group's set (the lowest first), then from other groups' that hold more than QM_STEAL_MIN,
  * then carved fresh, then (when no more can be carved) from any group's;
  * each checked (in its region, on a chunk boundary, carved, its table entry
- * not ALLOC), as chunk | generation << 48 (see smallstate.h). 0 when every stack is empty and
+ * not ALLOC), as chunk | generation << 48 (see smallstate.h). 0 when every set is empty and
  * nothing more can be carved or committed. */
 unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want);
 #ifdef QM_TEST_HOOKS
-/* Test hook: chunks of class c in group's stack. */
+/* Test hook: chunks of class c in group's set. */
 size_t qm__central_group_free(unsigned c, unsigned group);
 #endif
-/* Bytes of free chunks in each group's stacks, all classes (each class read
+/* Bytes of free chunks in each group's sets, all classes (each class read
  * under its lock, the sums not at one instant: for the choice of a new
  * thread cache's group). */
 void qm__central_group_bytes(size_t bytes[QM_GROUPS]);
