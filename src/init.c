@@ -135,6 +135,7 @@ void qm__boot_free(void *p) {
 }
 
 static void fork_prepare(void) {
+  qm__unwind_fork_prepare(); /* first: a thread waiting at its gate holds no lock */
   /* the child's cache must hold no chunk whose canary is unchecked */
   qm__small_pend_flush();
   qm__guarded_fork_prepare();
@@ -154,6 +155,7 @@ static void fork_parent(void) {
   qm__primary_unlock_all();
   qm__large_fork_parent();
   qm__guarded_fork_parent();
+  qm__unwind_fork_parent();
 }
 
 /* The class locks fresh before the cache's handler: the parent's other

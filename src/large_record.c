@@ -79,7 +79,7 @@ stk_t *qm__stk_at(uint32_t i) {
 uintptr_t *qm__stk_pcs(stk_t *e) { return (uintptr_t *)((char *)e + (sizeof(stk_t) + 7) / 8 * 8); }
 
 void qm__trace_capture(trace_t *t) {
-  t->n = LF.frames ? qm__stack_capture(t->pc, LF.frames) : 0;
+  t->n = LF.frames ? qm__stack_capture_unlocked(t->pc, LF.frames) : 0;
   t->tid = LF.frames ? qm__thread_id() : 0;
 }
 

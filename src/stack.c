@@ -8,6 +8,9 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/auxv.h>
 #include <time.h>
@@ -113,6 +116,35 @@ __attribute__((noinline)) unsigned qm__stack_capture(uintptr_t *pcs, unsigned ma
   return w.n;
 }
 
+/* The fork gate (see stack.h): unwinders counts the threads inside, forking
+ * closes the way in. A thread that finds it closed steps out and yields
+ * until the fork is done: it holds no lock the forking thread needs. */
+static _Atomic unsigned unwinders;
+static _Atomic bool forking;
+
+unsigned qm__stack_capture_unlocked(uintptr_t *pcs, unsigned max) {
+  if (!max || !__atomic_load_n(&unwind_ok, __ATOMIC_ACQUIRE))
+    return 0;
+  for (;;) {
+    atomic_fetch_add_explicit(&unwinders, 1, memory_order_seq_cst);
+    if (!atomic_load_explicit(&forking, memory_order_seq_cst))
+      break;
+    atomic_fetch_sub_explicit(&unwinders, 1, memory_order_release);
+    while (atomic_load_explicit(&forking, memory_order_acquire))
+      sched_yield();
+  }
+  unsigned n = qm__stack_capture(pcs, max);
+  atomic_fetch_sub_explicit(&unwinders, 1, memory_order_release);
+  return n;
+}
+
+void qm__unwind_fork_prepare(void) {
+  atomic_store_explicit(&forking, true, memory_order_seq_cst);
+  while (atomic_load_explicit(&unwinders, memory_order_seq_cst))
+    sched_yield();
+}
+void qm__unwind_fork_parent(void) { atomic_store_explicit(&forking, false, memory_order_release); }
+
 static void unwind_enable(void) {
   __atomic_store_n(&unwind_ok, 1, __ATOMIC_RELEASE);
   uintptr_t pcs[4];
@@ -154,8 +186,13 @@ uint32_t qm__thread_id(void) {
   return me.tid;
 }
 
-/* the forking thread's cached id is its parent's; other threads are gone */
-void qm__unwind_fork_child(void) { __atomic_fetch_add(&fork_gen, 1, __ATOMIC_RELAXED); }
+/* the forking thread's cached id is its parent's; other threads are gone,
+ * and none of them was inside the unwinder (qm__unwind_fork_prepare) */
+void qm__unwind_fork_child(void) {
+  __atomic_fetch_add(&fork_gen, 1, __ATOMIC_RELAXED);
+  atomic_store_explicit(&unwinders, 0, memory_order_relaxed);
+  atomic_store_explicit(&forking, false, memory_order_release);
+}
 
 uint64_t qm__clock_ms(void) {
   struct timespec ts;

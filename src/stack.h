@@ -27,6 +27,16 @@ uint64_t qm__clock_ms(void);
 /* Once at init: the first unwind, so that no lazy set-up of the unwinder
  * happens later under a caller's lock or in a signal handler. */
 void qm__unwind_init(void);
+/* A stack taken by a caller that holds no lock of qmalloc's (the large
+ * chunks' allocation, free and realloc): it waits while a fork is under
+ * way, so that fork() never copies a thread inside libgcc's unwinder, whose
+ * object_mutex a static program takes on every unwind (its tables are
+ * registered by crtbeginT.o) and the child would find locked forever. */
+unsigned qm__stack_capture_unlocked(uintptr_t *pcs, unsigned max);
+/* Fork: prepare, first of qmalloc's handlers, waits until no thread is in
+ * qm__stack_capture_unlocked; parent and child, last, open it again. */
+void qm__unwind_fork_prepare(void);
+void qm__unwind_fork_parent(void);
 void qm__unwind_fork_child(void);
 
 /* Appends "#n 0xPC (module+0xOFF) symbol+0xN" for one frame: the module by
