@@ -227,21 +227,30 @@ static size_t hand_out_locked(uint32_t i, size_t size, unsigned ashift, size_t n
   return nonzero < size ? nonzero : size;
 }
 
-/* The same, taking the lock, and zeroing what may be non-zero if asked; a
- * reused chunk may bring resident pages past the request, which count
- * against the budget. */
-static void *hand_out(uint32_t i, size_t size, unsigned ashift, size_t need, size_t lead, bool zero,
-                      bool reused, const trace_t *t) {
-  qm_lock(&S.lock);
+/* The same, then unlocks S.lock, tidies the belt if `tidy` (a burial
+ * asked for it), enforces the limits, and zeroes what may be non-zero if
+ * asked; a reused chunk may bring resident pages past the request, which
+ * count against the budget. */
+static void *hand_out_unlock(uint32_t i, size_t size, unsigned ashift, size_t need, size_t lead,
+                             bool zero, bool reused, const trace_t *t, bool tidy) {
   size_t nonzero = hand_out_locked(i, size, ashift, need, lead, reused, t);
   bool over = qm__q_over();
   uintptr_t u = user_of(B(i));
   qm_unlock(&S.lock);
+  if (tidy)
+    qm__belt_tidy();
   if (over)
     qm__q_enforce_all(0);
   if (zero && nonzero)
     memset((void *)u, 0, nonzero);
   return (void *)u;
+}
+
+/* The same, taking the lock. */
+static void *hand_out(uint32_t i, size_t size, unsigned ashift, size_t need, size_t lead, bool zero,
+                      bool reused, const trace_t *t) {
+  qm_lock(&S.lock);
+  return hand_out_unlock(i, size, ashift, need, lead, zero, reused, t, false);
 }
 
 /* Under S.lock: record i becomes the BUSY chunk of fresh range r (carved
@@ -381,17 +390,7 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
   /* its range and, pooled, its place in the mirror (emptied) are mapped
    * afresh with the other dead ranges, in a batch */
   bool work = qm__q_bury_locked(i, false);
-  size_t nonzero = hand_out_locked(j, size, ashift, open, open - pages, true, t);
-  bool over = qm__q_over();
-  uintptr_t u = user_of(b);
-  qm_unlock(&S.lock);
-  if (work)
-    qm__belt_tidy();
-  if (over)
-    qm__q_enforce_all(0);
-  if (zero && nonzero)
-    memset((void *)u, 0, nonzero);
-  return (void *)u;
+  return hand_out_unlock(j, size, ashift, open, open - pages, zero, true, t, work);
 }
 
 /* Settles the pieces' chunks once their pages moved (under S.lock): one
@@ -564,17 +563,7 @@ static void *gather_reuse(gather_t *g, size_t size, unsigned ashift, size_t page
   S.belt_gathers++;
   S.belt_pieces += n;
   bool work = settle_pieces(pc, n);
-  size_t nonzero = hand_out_locked(j, size, ashift, need, lead, true, t);
-  bool over = qm__q_over();
-  uintptr_t u = user_of(b);
-  qm_unlock(&S.lock);
-  if (work)
-    qm__belt_tidy();
-  if (over)
-    qm__q_enforce_all(0);
-  if (zero && nonzero)
-    memset((void *)u, 0, nonzero);
-  return (void *)u;
+  return hand_out_unlock(j, size, ashift, need, lead, zero, true, t, work);
 }
 
 static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_t align, bool zero,

@@ -17,6 +17,20 @@
 
 namespace {
 
+// Reads up to n bytes of a child's pipe into to, until it ends, and closes
+// it; how many came.
+size_t read_all(int fd, void *to, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = read(fd, static_cast<char *>(to) + got, n - got);
+    if (r <= 0)
+      break;
+    got += size_t(r);
+  }
+  close(fd);
+  return got;
+}
+
 TEST(Fork, ChildAllocatesWhileParentThreadsDid) {
   std::atomic<bool> stop{false};
   std::vector<std::thread> ts;
@@ -158,14 +172,7 @@ Draws child_draws() {
   d.batch.resize(16);
   d.large.resize(kLarge);
   std::vector<uintptr_t> all(2 * kFirst + kSmall + 16 + kLarge + 1);
-  size_t got = 0, want = all.size() * sizeof all[0];
-  while (got < want) {
-    ssize_t r = read(fds[0], reinterpret_cast<char *>(all.data()) + got, want - got);
-    if (r <= 0)
-      break;
-    got += size_t(r);
-  }
-  close(fds[0]);
+  size_t want = all.size() * sizeof all[0], got = read_all(fds[0], all.data(), want);
   int status = 0;
   EXPECT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
@@ -237,14 +244,7 @@ std::vector<unsigned> child_entries(const std::vector<void *> &v) {
   }
   close(fds[1]);
   std::vector<unsigned> e(v.size());
-  size_t got = 0, want = e.size() * sizeof e[0];
-  while (got < want) {
-    ssize_t r = read(fds[0], reinterpret_cast<char *>(e.data()) + got, want - got);
-    if (r <= 0)
-      break;
-    got += size_t(r);
-  }
-  close(fds[0]);
+  size_t want = e.size() * sizeof e[0], got = read_all(fds[0], e.data(), want);
   int status = 0;
   EXPECT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
