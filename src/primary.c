@@ -28,9 +28,9 @@
  * times the memory) and each level is committed as one range. Bit i of level 0 is chunk slot i; bit
  * j of level 1 says level-0 word j is not zero; bit k of level 2 says level-1 word k is not zero. A
  * take finds the lowest free chunks through levels 2 and 1 in a few loads however sparse the set
- * is. Free chunk addresses in batches of 64 (8 bytes a chunk) had cost python3 2.5 MB at its exit,
- * when all its 64-byte objects were freed at once (peak RSS 34.9 MiB against jemalloc's 29.4); a
- * bit a chunk costs 1/64 of that. */
+ * is (a refill starts at a random one of the lowest: WINDOW). Free chunk addresses in batches of 64
+ * (8 bytes a chunk) had cost python3 2.5 MB at its exit, when all its 64-byte objects were freed at
+ * once (peak RSS 34.9 MiB against jemalloc's 29.4); a bit a chunk costs 1/64 of that. */
 #define LEVELS 3
 #define BLOCK 512
 
@@ -366,28 +366,99 @@ static void mark_word(central_t *cl, size_t k0, unsigned g) {
   W(1, k1, g) |= (uint64_t)1 << (k0 % 64);
 }
 
-/* Moves up to want - n chunks of group g's set into out[n..], the lowest
- * addresses first (arm shuffles them): live chunks gather at the low end of
- * a region and the free pages at the high end, whole, for the purge.
- * Returns the new n. Called with the class lock held. */
+/* The lowest non-empty level-0 word of group g at or above k0, or SIZE_MAX
+ * if none: through levels 1 and 2, a few loads however sparse the set. n1,
+ * n2: words of levels 1 and 2 committed per group. */
+static size_t next_word(central_t *cl, unsigned g, size_t k0, size_t n1, size_t n2) {
+  size_t k1 = k0 / 64, k2 = k1 / 64;
+  if (k1 >= n1)
+    return SIZE_MAX;
+  uint64_t m = W(1, k1, g) & (~(uint64_t)0 << (k0 % 64));
+  if (m)
+    return k1 * 64 + (size_t)__builtin_ctzll(m);
+  m = W(2, k2, g) & (~(uint64_t)1 << (k1 % 64)); /* level-1 words above k1 */
+  while (!m) {
+    if (++k2 >= n2)
+      return SIZE_MAX;
+    m = W(2, k2, g);
+  }
+  k1 = k2 * 64 + (size_t)__builtin_ctzll(m);
+  return k1 * 64 + (size_t)__builtin_ctzll(W(1, k1, g));
+}
+
+/* A refill starts at a random free chunk of the lowest WINDOW non-empty
+ * level-0 words of the set and takes chunks upward from there, the start
+ * drawn low enough that the chunks above it fill the refill. Taken lowest
+ * first, the lowest chunk of a thread that freed its chunks and exited was
+ * in the next thread's first refill (its first 64 mallocs of 48 bytes) 200
+ * of 200 times, and with thread_cache=0 (refills of one chunk) it was the
+ * very next malloc: an attacker who frees a chunk it can name placed it
+ * where the victim allocates next. A refill takes at most 64 chunks
+ * (cache_max <= 128), one full word, so with 8 words of free chunks the
+ * lowest is in a refill about 1 time in 512 and any one chunk about 1 in 8
+ * (15 of 200 when the lists were stacks of addresses); a refill of one
+ * picks among up to 512. 8 keeps the live chunks gathered at the low end
+ * for the purge: a refill starts at most 8 words (512 chunks) above the
+ * lowest free one, 32 KiB of 64-byte chunks; python3's peak RSS was the
+ * same (32.5-32.7 MiB) with 8, 16 and 32. */
+#define WINDOW 8
+
+/* Moves up to want - n chunks of group g's set into out[n..] (arm shuffles
+ * them): from a random one of the lowest (see WINDOW) up. Returns the new n.
+ * Called with the class lock held. */
 static unsigned pop_group(unsigned c, central_t *cl, unsigned g, uintptr_t *out, unsigned n,
                           unsigned want) {
-  size_t left = cl->nfree_of[g], size = qm__class[c].size, k2 = cl->top[g];
+  size_t left = cl->nfree_of[g], size = qm__class[c].size;
+  if (!left || n >= want)
+    return n;
+  size_t n1 = cl->lcom[1] / (QM_GROUPS * sizeof(uint64_t));
   size_t n2 = cl->lcom[2] / (QM_GROUPS * sizeof(uint64_t));
   uintptr_t base = region(c);
-  while (n < want && left) {
-    while (!W(2, k2, g)) /* a set's count and its bits agree, or the state is corrupt */
-      QM_CHECK_OP(++k2, <, n2);
-    size_t k1 = k2 * 64 + (size_t)__builtin_ctzll(W(2, k2, g));
-    size_t k0 = k1 * 64 + (size_t)__builtin_ctzll(W(1, k1, g));
+  /* a set's count and its bits agree, or the state is corrupt */
+  size_t lowest = next_word(cl, g, cl->top[g] * 64 * 64, n1, n2);
+  QM_CHECK_OP(lowest, !=, SIZE_MAX);
+  cl->top[g] = lowest / (64 * 64);
+  size_t k0 = lowest;
+  uint64_t from = ~(uint64_t)0; /* the bits of the first word taken */
+  if (left > want - n) {        /* else every chunk goes: no start to draw */
+    size_t win[WINDOW];
+    unsigned nw = 0;
+    uint32_t in = 0;
+    for (size_t k = lowest; k != SIZE_MAX && nw < WINDOW; k = next_word(cl, g, k + 1, n1, n2)) {
+      win[nw++] = k;
+      in += (uint32_t)__builtin_popcountll(W(0, k, g));
+    }
+    /* at least want - n chunks at or above the start: no round from the
+     * lowest, which took the lowest chunk whenever the start fell in the
+     * set's top refill (28 of 200) */
+    if (in > left - (want - n) + 1)
+      in = (uint32_t)(left - (want - n) + 1);
+    uint32_t r = qm_rand_below(in);
+    unsigned i = 0;
+    for (uint32_t p; r >= (p = (uint32_t)__builtin_popcountll(W(0, win[i], g))); i++)
+      r -= p;
+    k0 = win[i];
     uint64_t bits = W(0, k0, g);
-    for (; bits && n < want; bits &= bits - 1, left--)
-      out[n++] = base + (k0 * 64 + (size_t)__builtin_ctzll(bits)) * size;
-    W(0, k0, g) = bits;
-    if (!bits && !(W(1, k1, g) &= ~((uint64_t)1 << (k0 % 64))))
-      W(2, k2, g) &= ~((uint64_t)1 << (k1 % 64));
+    for (; r; r--)
+      bits &= bits - 1;
+    from = ~(uint64_t)0 << __builtin_ctzll(bits);
   }
-  cl->top[g] = k2;
+  while (n < want && left) {
+    uint64_t bits = W(0, k0, g), take = bits & from;
+    for (; take && n < want; take &= take - 1, left--) {
+      unsigned b = (unsigned)__builtin_ctzll(take);
+      out[n++] = base + (k0 * 64 + b) * size;
+      bits &= ~((uint64_t)1 << b);
+    }
+    W(0, k0, g) = bits;
+    if (!bits && !(W(1, k0 / 64, g) &= ~((uint64_t)1 << (k0 % 64))))
+      W(2, k0 / 4096, g) &= ~((uint64_t)1 << (k0 / 64 % 64));
+    if (n < want && left) {
+      from = ~(uint64_t)0;
+      k0 = next_word(cl, g, k0 + 1, n1, n2);
+      QM_CHECK_OP(k0, !=, SIZE_MAX);
+    }
+  }
   cl->nfree_of[g] = left;
   return n;
 }
@@ -424,6 +495,7 @@ unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned w
    * and what a group leaves idle stays bounded. Once the region cannot
    * give more, any group's. */
   size_t steal_min = QM_STEAL_MIN / qm__class[c].size;
+  qm_rand_thread_ready(); /* pop_group draws where to start */
   qm_lock(&cl->lock);
   n = pop_group(c, cl, own, out, n, want);
   for (unsigned k = 1, g = (own + 1) % QM_GROUPS; k < QM_GROUPS && n < want;

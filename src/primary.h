@@ -109,11 +109,10 @@ QM_INLINE uintptr_t qm_chunk_index(uintptr_t roff, unsigned c) {
 /* secret: the per-process secret the region keys are derived from */
 int qm__primary_init(uint64_t secret);
 /* Moves up to want free chunks of class c into out (chunk addresses): from
- * group's set (the lowest first), then from other groups' that hold more than QM_STEAL_MIN,
- * then carved fresh, then (when no more can be carved) from any group's;
- * each checked (in its region, on a chunk boundary, carved, its table entry
- * not ALLOC), as chunk | generation << 48 (see smallstate.h). 0 when every set is empty and
- * nothing more can be carved or committed. */
+ * group's set (from a random one of its lowest up), then from other groups' that hold more than
+ * QM_STEAL_MIN, then carved fresh, then (when no more can be carved) from any group's; each checked
+ * (in its region, on a chunk boundary, carved, its table entry not ALLOC), as chunk | generation <<
+ * 48 (see smallstate.h). 0 when every set is empty and nothing more can be carved or committed. */
 unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want);
 #ifdef QM_TEST_HOOKS
 /* Test hook: chunks of class c in group's set. */

@@ -1,12 +1,14 @@
 /* layout.c: what an attacker grooming the small-chunk heap relies on,
  * measured from outside with fixed trial counts: that the chunk just freed
  * is the next one of its size handed out, that fresh chunks sit side by
- * side, that a freed chunk soon comes back, and that a heap of one size has
- * no inaccessible page inside it. Prints the figure and fails past the
- * threshold the project promises; glibc's and jemalloc's layouts fail all
- * four by far.
+ * side, that a freed chunk soon comes back, that a heap of one size has
+ * no inaccessible page inside it, and that a chunk freed by a thread that
+ * exits comes back first to the thread after it. Prints the figure and
+ * fails past the threshold the project promises; glibc's and jemalloc's
+ * layouts fail the first four by far.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +132,61 @@ static int guards(size_t n, size_t per_kib) {
   return none < want || !want;
 }
 
+/* One trial of handoff: thread A mallocs HAND chunks, frees them (in the
+ * order malloc gave them) and exits; then thread B mallocs HAND chunks. */
+enum { HAND = 512 };
+static size_t hand_n;
+static uintptr_t hand_x; /* A's lowest chunk */
+static int hand_at;      /* where it came back among B's mallocs, or HAND */
+static void *hand_a(void *arg) {
+  (void)arg;
+  void *c[HAND];
+  hand_x = UINTPTR_MAX;
+  for (int i = 0; i < HAND; i++) {
+    c[i] = malloc(hand_n);
+    if ((uintptr_t)c[i] < hand_x)
+      hand_x = (uintptr_t)c[i];
+  }
+  for (int i = 0; i < HAND; i++)
+    free(c[i]);
+  return NULL;
+}
+static void *hand_b(void *arg) {
+  (void)arg;
+  void *c[HAND];
+  hand_at = HAND;
+  for (int i = 0; i < HAND; i++) {
+    c[i] = malloc(hand_n);
+    if ((uintptr_t)c[i] == hand_x && hand_at == HAND)
+      hand_at = i;
+  }
+  for (int i = 0; i < HAND; i++)
+    free(c[i]);
+  return NULL;
+}
+
+/* A thread frees its chunks and exits; the next thread's mallocs of that
+ * size: how often is the first thread's lowest chunk among the first
+ * `within` of them? An attacker who frees a chunk it can name (the lowest
+ * of a fresh batch) must not be able to count on its coming back to the
+ * victim's next mallocs. Fails when it does in more than `pct` percent of
+ * 200 trials (taken lowest first, it came back 200 of 200). */
+static int handoff(size_t n, int within, int pct) {
+  int back = 0, trials = 200;
+  hand_n = n;
+  for (int t = 0; t < trials; t++) {
+    pthread_t a, b;
+    if (pthread_create(&a, NULL, hand_a, NULL) || pthread_join(a, NULL) ||
+        pthread_create(&b, NULL, hand_b, NULL) || pthread_join(b, NULL))
+      return 2;
+    back += hand_at < within;
+  }
+  printf("a %zu-byte chunk freed by an exited thread among the next one's first %d mallocs: "
+         "%d of %d trials\n",
+         n, within, back, trials);
+  return back * 100 > pct * trials;
+}
+
 int main(int argc, char **argv) {
   const char *m = argc > 1 ? argv[1] : "";
   size_t n = argc > 2 ? strtoull(argv[2], NULL, 0) : 64;
@@ -141,6 +198,8 @@ int main(int argc, char **argv) {
     return delayed(n, argc > 3 ? atoi(argv[3]) : 256);
   if (!strcmp(m, "guards"))
     return guards(n, argc > 3 ? strtoull(argv[3], NULL, 0) : 1024);
+  if (!strcmp(m, "handoff"))
+    return handoff(n, argc > 3 ? atoi(argv[3]) : 64, argc > 4 ? atoi(argv[4]) : 50);
   fprintf(stderr, "layout: unknown measurement '%s'\n", m);
   return 2;
 }
