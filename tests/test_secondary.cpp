@@ -1504,6 +1504,50 @@ TEST_F(Large, AGatheredChunkTakesThePagesOfSeveralPooledChunks) {
   qm_free(q);
 }
 
+// A pooled chunk of several mappings (one gathered, then freed) gives its
+// tail to a smaller request: before, only a chunk of one mapping could, and
+// a pool of gathered chunks left such requests to fault in fresh chunks.
+TEST_F(Large, AChunkOfSeveralMappingsGivesItsTail) {
+  if (!gathers())
+    GTEST_SKIP() << "no gathering here";
+  set("thp_min_mb=0");
+  qmt_quarantine_flush();
+  const size_t half = 512 * KiB, pg = qmt_page();
+  char *a = static_cast<char *>(qm_malloc(half));
+  char *b = static_cast<char *>(qm_malloc(half));
+  std::memset(a, 1, half);
+  std::memset(b, 2, half);
+  qm_free(a);
+  qm_free(b);
+  qm_stats_t before = stats();
+  char *g = static_cast<char *>(qm_malloc(MiB)); // a and b whole: two mappings
+  ASSERT_EQ(stats().belt_pieces, before.belt_pieces + 2);
+  std::memset(g, 3, MiB);
+  qm_free(g); // the pool: g alone, 1 MiB in two mappings
+  // 320 KiB: g is too large to take whole (more than reuse_max_waste_pct to
+  // spare, and more waste than the faults it would save)
+  const size_t want = 320 * KiB;
+  PinnedAndDrained pin;
+  pin.drain();
+  before = stats();
+  long f0 = qmt_minflt();
+  char *q = static_cast<char *>(qm_malloc(want));
+  EXPECT_LE(qmt_minflt() - f0, 2) << "the new record's entries at most";
+  qm_stats_t after = stats();
+  EXPECT_EQ(after.belt_gathers, before.belt_gathers + 1);
+  EXPECT_EQ(after.belt_pieces, before.belt_pieces + 1) << "g's tail";
+  EXPECT_EQ(after.belt_fresh, before.belt_fresh) << "no fresh pages";
+  EXPECT_EQ(after.quarantine_resident_bytes, MiB - want) << "the rest stays pooled";
+  size_t threes = 0;
+  for (size_t o = 0; o < want; o += pg)
+    threes += q[o] == 3;
+  EXPECT_EQ(threes, want / pg) << "g's pages, as they were";
+  f0 = qmt_minflt();
+  std::memset(q, 4, want);
+  EXPECT_EQ(qmt_minflt() - f0, 0) << "writing every page";
+  qm_free(q);
+}
+
 // A gathered chunk is zeroed by calloc: the pooled pages it takes hold what
 // their chunks held.
 TEST_F(Large, CallocOfAGatheredChunkIsZero) {
