@@ -251,14 +251,16 @@ static atomic_size_t refused;
 
 /* Whether [p, p+len) lies in one line of /proc/self/maps (the kernel merges
  * neighbours it can, so one line is one VMA). Read in pieces: no
- * allocation; a line is far shorter than the buffer. */
-static bool one_vma_range(uintptr_t p, size_t len) {
+ * allocation; a line is far shorter than the buffer. With `out`, the lines
+ * the range touches go to it (a refused move's VMAs, to show which merge
+ * the kernel did not make). */
+static bool one_vma_range(uintptr_t p, size_t len, qm_buf_t *out) {
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return true;
   char buf[4096];
   size_t have = 0;
-  bool found = false, one = false;
+  bool found = false, one = false, done = false;
   for (;;) {
     ssize_t r = read(fd, buf + have, sizeof buf - 1 - have);
     if (r < 0 && errno == EINTR)
@@ -267,18 +269,23 @@ static bool one_vma_range(uintptr_t p, size_t len) {
       have += (size_t)r;
     buf[have] = 0;
     char *line = buf, *nl;
-    while (!found && (nl = strchr(line, '\n'))) {
+    while (!done && (nl = strchr(line, '\n'))) {
       char *e;
       uintptr_t lo = strtoul(line, &e, 16), hi = strtoul(e + 1, NULL, 16);
-      if (lo <= p && p < hi) {
+      if (!found && lo <= p && p < hi) {
         found = true;
         one = p + len <= hi;
       }
+      if (out && lo < p + len && hi > p) {
+        qm_buf_str(out, "  ");
+        qm_buf_mem(out, line, (size_t)(nl + 1 - line));
+      }
+      done = out ? lo >= p + len : found;
       line = nl + 1;
     }
     have -= (size_t)(line - buf);
     memmove(buf, line, have);
-    if (found || r <= 0)
+    if (done || r <= 0)
       break;
   }
   close(fd);
@@ -293,8 +300,18 @@ int qm_os_move(void *old, size_t len, void *to, bool dontunmap) {
   check_range(old, len);
   check_range(to, len);
 #ifdef QM_TEST_HOOKS
-  if (atomic_load(&one_vma) && !one_vma_range((uintptr_t)old, len)) {
+  if (atomic_load(&one_vma) && !one_vma_range((uintptr_t)old, len, NULL)) {
     int saved = errno;
+    qm_buf_t b = {.n = 0};
+    qm_buf_str(&b, "qmalloc test hook: a move of several VMAs refused, ");
+    qm_buf_hex(&b, (uintptr_t)old);
+    qm_buf_str(&b, "+");
+    qm_buf_dec(&b, len);
+    qm_buf_str(&b, " to ");
+    qm_buf_hex(&b, (uintptr_t)to);
+    qm_buf_str(&b, ":\n");
+    one_vma_range((uintptr_t)old, len, &b);
+    qm_buf_flush(&b, 2);
     COUNT(munmap);
     munmap(to, len);
     errno = saved;

@@ -5,6 +5,7 @@
 #include "shim.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -169,6 +170,25 @@ long qmt_mappings(void) {
     n += c == '\n';
   fclose(f);
   return n;
+}
+
+void qmt_mappings_in_belt(long *belt, long *mirror) {
+  *belt = *mirror = 0;
+  const qm_large_fixed_t *l = qm__lfix;
+  FILE *f = l && l->belt_base ? fopen("/proc/self/maps", "r") : NULL;
+  if (!f)
+    return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    char *e;
+    uintptr_t lo = strtoul(line, &e, 16), hi = strtoul(e + 1, NULL, 16);
+    *belt += lo < l->belt_base + l->belt_len && hi > l->belt_base;
+    *mirror += l->belt_mirror && lo < l->belt_mirror + l->belt_len && hi > l->belt_mirror;
+    if (!strchr(line, '\n')) /* a longer line: its rest */
+      for (int c; (c = fgetc(f)) != EOF && c != '\n';)
+        ;
+  }
+  fclose(f);
 }
 
 size_t qmt_inaccessible_pages(uintptr_t from, uintptr_t to) {

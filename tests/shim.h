@@ -109,6 +109,9 @@ void qmt_no_populate(int on);
 size_t qmt_resident(const void *p, size_t len);
 /* Lines of /proc/self/maps. */
 long qmt_mappings(void);
+/* Lines of /proc/self/maps in the belt's reservation and in its mirror
+ * (0 without them). */
+void qmt_mappings_in_belt(long *belt, long *mirror);
 /* Protection of the mapping holding p as /proc/self/maps prints it
  * ("rw-p", "---p"); "" when unmapped. */
 void qmt_prot_of(const void *p, char out[5]);
