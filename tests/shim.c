@@ -135,6 +135,7 @@ int qmt_is_guarded(const void *p) { return qm_guarded_owns(p); }
 
 void qmt_one_vma_moves(int on) { qm__os_one_vma_moves(on); }
 size_t qmt_refused_moves(void) { return qm__os_refused_moves(); }
+int qmt_move_spans_vmas(void) { return qm_os_move_spans_vmas(); }
 void qmt_no_populate(int on) { qm__os_no_populate(on); }
 long qmt_minflt(void) {
   struct rusage ru;

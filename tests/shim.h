@@ -103,6 +103,9 @@ long qmt_minflt(void);
  * is refused (EFAULT, the destination unmapped), and counted. */
 void qmt_one_vma_moves(int on);
 size_t qmt_refused_moves(void);
+/* qm_os_move_spans_vmas(): one mremap() moves a range of several VMAs (not
+ * on 5.10 and 5.15, nor under qmt_one_vma_moves). */
+int qmt_move_spans_vmas(void);
 /* MADV_POPULATE_WRITE taken to be absent, as before Linux 5.14. */
 void qmt_no_populate(int on);
 /* Resident bytes of [p, p+len) now (mincore). */
