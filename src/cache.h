@@ -88,6 +88,45 @@ QM_INLINE void qm_checked_put(qm_checked_t *k, unsigned c, uintptr_t chunk) {
   k->slot[k->count++] = chunk;
 }
 
+/* Starts fetching the lines of [p, p + span) (span <= 1024: past that the
+ * hardware prefetcher keeps up with the scan that follows; beyond, the
+ * first 1024 bytes), for reading or, with QM_PF_W, for writing: one
+ * instruction a line and a dozen more, by a jump into straight-line code
+ * (a loop of two a step took 2.5 a line and the setup: in small churn
+ * under hardening=max both prefetches took 24.1M instructions, now 22.0M). */
+#define QM_PF_R 0
+#define QM_PF_W 1
+#define QM_PF_LINE(k, at, rw)                                                                      \
+  case k + 1:                                                                                      \
+    __builtin_prefetch((const void *)((at) + (k)*64), rw);                                         \
+    __attribute__((fallthrough))
+#define QM_PREFETCH_SPAN(p, span, rw)                                                              \
+  do {                                                                                             \
+    uintptr_t qm_pf_at = (p) & ~(uintptr_t)63;                                                     \
+    size_t qm_pf_n = (((p)&63) + (span) + 63) >> 6;                                                \
+    switch (qm_pf_n < 17 ? qm_pf_n : 17) {                                                         \
+      QM_PF_LINE(16, qm_pf_at, rw);                                                                \
+      QM_PF_LINE(15, qm_pf_at, rw);                                                                \
+      QM_PF_LINE(14, qm_pf_at, rw);                                                                \
+      QM_PF_LINE(13, qm_pf_at, rw);                                                                \
+      QM_PF_LINE(12, qm_pf_at, rw);                                                                \
+      QM_PF_LINE(11, qm_pf_at, rw);                                                                \
+      QM_PF_LINE(10, qm_pf_at, rw);                                                                \
+      QM_PF_LINE(9, qm_pf_at, rw);                                                                 \
+      QM_PF_LINE(8, qm_pf_at, rw);                                                                 \
+      QM_PF_LINE(7, qm_pf_at, rw);                                                                 \
+      QM_PF_LINE(6, qm_pf_at, rw);                                                                 \
+      QM_PF_LINE(5, qm_pf_at, rw);                                                                 \
+      QM_PF_LINE(4, qm_pf_at, rw);                                                                 \
+      QM_PF_LINE(3, qm_pf_at, rw);                                                                 \
+      QM_PF_LINE(2, qm_pf_at, rw);                                                                 \
+      QM_PF_LINE(1, qm_pf_at, rw);                                                                 \
+      QM_PF_LINE(0, qm_pf_at, rw);                                                                 \
+    default:                                                                                       \
+      break;                                                                                       \
+    }                                                                                              \
+  } while (0)
+
 /* Checked mode's draw from a bin that is not empty: the slot drawn at the
  * last take of this class (or a fresh draw if the bin shrank past it), and
  * the draw for the next one, whose chunk starts coming into the cache now.
@@ -106,14 +145,7 @@ QM_INLINE uintptr_t qm_checked_draw(qm_checked_t *k, unsigned c) {
     uint32_t j = qm_rand_below(n);
     k->next = j;
     uintptr_t next = k->slot[j] & (((uintptr_t)1 << 48) - 1); /* its chunk */
-    size_t span = qm__opt.zero_on_free ? qm__class[c].size : 64;
-    if (span > 1024)
-      span = 1024; /* past this the hardware prefetcher keeps up with the scan */
-    /* two lines a step: one past a chunk's end is harmless */
-    for (size_t at = 0; at < span; at += 128) {
-      __builtin_prefetch((const void *)(next + at));
-      __builtin_prefetch((const void *)(next + at + 64));
-    }
+    QM_PREFETCH_SPAN(next, qm__opt.zero_on_free ? qm__class[c].size : 64, QM_PF_R);
   }
   return ch;
 }

@@ -812,13 +812,15 @@ TEST(MaxDelay, AFullRingPushesItsOldestOutEarly) {
 // hardening=max (its own process, unit-max): a byte written anywhere in a
 // freed chunk is found when the chunk is handed out again, at its offset,
 // by each width of vector the CPU has (AVX-512F, AVX2, SSE2: the zeroing
-// and the check both change with it). The classes leave every remainder
-// of the zero check's 256-, 128-, 64- and 32-byte steps (16, 48, 80, 240,
-// 320, 768, 2048 and 3072 bytes); the places are the first byte, one
-// inside and the last one.
+// and the check both change with it). The classes take each of their
+// ways through a chunk: below 64 bytes (16, 48: one vector, AVX-512's
+// masked), below one step of four vectors (80, 112, 128, 240: four that
+// overlap), steps and a last four overlapping them (256, 320, 768, 2048,
+// 3072), a multiple of the step or not; the places are the first byte,
+// one inside and the last one.
 TEST(MaxDeathTest, WriteAfterFreeIsFoundAnywhereInTheChunk) {
   for (unsigned vec = qmt_vec() + 1; vec-- > 0;) {
-    for (size_t n : {8, 40, 72, 232, 300, 700, 2000, 3000}) {
+    for (size_t n : {8, 40, 72, 100, 120, 232, 248, 300, 700, 2000, 3000}) {
       size_t size = qmt_class_chunk_size(qmt_class_of(n));
       for (size_t at : {size_t{0}, size / 2 + 3, size - 1}) {
         std::string re = "^" QM_LINE(QM_K_WRITE_AFTER_FREE, "@D@") "\n" QM_END;
