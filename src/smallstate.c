@@ -869,16 +869,19 @@ QM_INLINE bool free_checked(uintptr_t a, uintptr_t off) {
   /* the live neighbours this thread owns (a dead slot beside a guard page
    * is never carved: its entry stays NONE); their canaries' lines start
    * coming now */
-  uintptr_t side[2] = {a - size, a + size};
-  uint64_t nw[2] = {0, 0};
   const uint64_t live = mine & (QM_E_STATE | QM_E_OWNER);
-  if (roff >= size)
-    nw[0] = qm_entry_load(e - 1);
-  if (roff + 2 * size <= top)
-    nw[1] = qm_entry_load(e + 1);
-  for (int k = 0; k < 2; k++)
-    if ((nw[k] & (QM_E_STATE | QM_E_OWNER)) == live)
-      __builtin_prefetch((void *)(side[k] + qm_e_offset(nw[k]) + qm_e_size(nw[k])));
+  uint64_t lw = roff >= size ? qm_entry_load(e - 1) : 0;
+  uint64_t rw = roff + 2 * size <= top ? qm_entry_load(e + 1) : 0;
+  bool lhas = (lw & (QM_E_STATE | QM_E_OWNER)) == live;
+  bool rhas = (rw & (QM_E_STATE | QM_E_OWNER)) == live;
+  /* each side by name, not in arrays: looped over, they went through the
+   * stack */
+  uintptr_t lend = a - size + qm_e_offset(lw) + qm_e_size(lw);
+  uintptr_t rend = a + size + qm_e_offset(rw) + qm_e_size(rw);
+  if (lhas)
+    __builtin_prefetch((void *)lend);
+  if (rhas)
+    __builtin_prefetch((void *)rend);
   uint64_t gen = qm_e_gen(w);
   if (QM_UNLIKELY(qm_load8(a + qm_e_size(w)) != qm_canary(a, gen, c)))
     return false;
@@ -886,14 +889,15 @@ QM_INLINE bool free_checked(uintptr_t a, uintptr_t off) {
   qm_entry_store(e, fw);
   if (qm__opt.zero_on_free)
     zero_chunk(a, size);
-  for (int k = 0; k < 2; k++) {
-    uint64_t v = nw[k];
-    if ((v & (QM_E_STATE | QM_E_OWNER)) != live)
-      continue;
-    uintptr_t end = side[k] + qm_e_offset(v) + qm_e_size(v);
-    uint64_t bad = qm_load8(end) ^ qm_canary(side[k], qm_e_gen(v), c);
+  if (lhas) {
+    uint64_t bad = qm_load8(lend) ^ qm_canary(a - size, qm_e_gen(lw), c);
     if (QM_UNLIKELY(bad))
-      neighbour_error(side[k], v, bad, k ? -1 : 1, a);
+      neighbour_error(a - size, lw, bad, 1, a);
+  }
+  if (rhas) {
+    uint64_t bad = qm_load8(rend) ^ qm_canary(a + size, qm_e_gen(rw), c);
+    if (QM_UNLIKELY(bad))
+      neighbour_error(a + size, rw, bad, -1, a);
   }
   qm_cache_give_checked(qm_slot_make(a, qm_e_gen(fw)), c);
   return true;
