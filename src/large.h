@@ -267,8 +267,11 @@ typedef struct piece {
  * count lowered by what it gives, its place in the FIFO kept. Returns the
  * pieces, in the order they go in, and in *got the pages they hold: fewer
  * than need if the pool held fewer, more (at most cap) where a chunk with
- * a few pages to spare was taken whole. */
-unsigned qm__q_gather(size_t need, size_t cap, bool huge, piece_t *p, unsigned max, size_t *got);
+ * a few pages to spare was taken whole; in *all, whether they are all the
+ * quarantine can give and it held fewer than need pages in all: the
+ * request may then take them and open the rest afresh. */
+unsigned qm__q_gather(size_t need, size_t cap, bool huge, piece_t *p, unsigned max, size_t *got,
+                      bool *all);
 /* After the pieces moved (under S.lock): a chunk that gave all its pages
  * leaves the quarantine, BUSY (the caller buries it); one that has pages
  * left goes back to the bins. Returns whether the chunk left. */

@@ -331,8 +331,9 @@ static uint32_t most_resident(size_t most, unsigned vmax) {
 }
 
 /* Adds pieces of the kind g_kind asks for to p[*n], while pages are left
- * and pieces and mappings allowed. */
-static void gather_kind(size_t cap, piece_t *p, unsigned *n, unsigned max, size_t *left,
+ * and pieces and mappings allowed; whether it stopped for want of pooled
+ * pages (none left of the kind that fit). */
+static bool gather_kind(size_t cap, piece_t *p, unsigned *n, unsigned max, size_t *left,
                         size_t *total, unsigned *vleft) {
   /* a chunk's pages are split only where what it keeps is a chunk's worth
    * (128 KiB, the least large request): splitting off all but a sliver
@@ -343,7 +344,7 @@ static void gather_kind(size_t cap, piece_t *p, unsigned *n, unsigned max, size_
   while (*left && *n < max && *vleft) {
     /* huge pages only while a whole one is wanted */
     if (g_kind == G_HUGE && *left < hp)
-      break;
+      return false;
     size_t take = 0, want = g_kind == G_HUGE ? *left / hp * hp : *left;
     /* one that covers what is left, whole if it has only a few pages to
      * spare and they fit the new chunk */
@@ -371,7 +372,7 @@ static void gather_kind(size_t cap, piece_t *p, unsigned *n, unsigned max, size_
     if (i == NIL && (i = most_resident(cap - *total, *vleft)) != NIL)
       take = B(i)->dirty;
     if (i == NIL)
-      break;
+      return true;
     block_t *b = B(i);
     *vleft -= b->extra_vmas + 1u;
     /* out of the bins, BUSY, its place in the FIFO kept; what it gives is
@@ -384,10 +385,12 @@ static void gather_kind(size_t cap, piece_t *p, unsigned *n, unsigned max, size_
     *left -= take < *left ? take : *left;
     *total += take;
   }
+  return false;
 }
 
-unsigned qm__q_gather(size_t need, size_t cap, bool huge, piece_t *p, unsigned max, size_t *got) {
-  size_t left = need, total = 0;
+unsigned qm__q_gather(size_t need, size_t cap, bool huge, piece_t *p, unsigned max, size_t *got,
+                      bool *all) {
+  size_t left = need, total = 0, held = S.qresident;
   unsigned n = 0, vleft = MAX_GATHER_VMAS;
   qm__q_age();
   /* a chunk of huge pages takes whole huge pages, each landing 2 MiB-
@@ -398,7 +401,12 @@ unsigned qm__q_gather(size_t need, size_t cap, bool huge, piece_t *p, unsigned m
    * chunks beside a pool of huge pages (W=64: 14-27 fresh chunks in 3000
    * ops against 4-9) */
   g_kind = huge && LF.thp_size ? G_HUGE : G_SMALL;
-  gather_kind(cap, p, &n, max, &left, &total, &vleft);
+  bool dry = gather_kind(cap, p, &n, max, &left, &total, &vleft);
+  /* a request larger than all the quarantine holds takes all of it that
+   * it can: growing tables, each freed when the next is made, otherwise
+   * left every older one's pages pooled for requests that never came
+   * (python3 dict churn: 0.3-0.6 MB of its peak RSS) */
+  *all = dry && held < need;
   *got = total;
   return n;
 }

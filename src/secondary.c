@@ -410,7 +410,8 @@ static bool settle_pieces(const piece_t *pc, unsigned n) {
  * with pieces of pooled chunks' pages (qm__q_gather chooses them), each
  * moved by one mremap with MREMAP_DONTUNMAP: the chunk takes no fault,
  * whatever the sizes of the chunks the pages came from (only a request the
- * pool covers in full, within MAX_PIECES, is gathered: gather_plan_locked).
+ * pool covers in full, within MAX_PIECES, or one larger than all the
+ * quarantine holds, is gathered: gather_plan_locked).
  * Pages that waited PROT_NONE
  * (belt_way=protect) are opened with one mprotect over the whole extent;
  * pages pooled RW (move) need none, but for the part the pool could not
@@ -438,20 +439,22 @@ typedef struct gather {
 } gather_t;
 
 /* Under S.lock: chooses the pieces and carves the range for them. Only a
- * request the pool covers in full is gathered: one it covers in part
- * faults in the rest either way, and gathering it then only cut more
- * chunks into pieces (measured: W=64 churn went from 0.3 to 1-1.5
- * faults/op, small requests finding only huge pages, which they may not
- * split, left in the pool). False: nothing taken, nothing carved. */
+ * request the pool covers in full is gathered, or one larger than all the
+ * quarantine holds: one it covers in part faults in the rest either way,
+ * and gathering it then only cut more chunks into pieces (measured: W=64
+ * churn went from 0.3 to 1-1.5 faults/op, small requests finding only huge
+ * pages, which they may not split, left in the pool). False: nothing
+ * taken, nothing carved. */
 static bool gather_plan_locked(gather_t *g, size_t need, size_t align) {
   g->need = need;
   for (int round = 0; round < 2; round++) {
     size_t a = align;
     g->cap = shape(g->need, false, &a, &g->huge);
     size_t got = 0;
-    g->n = qm__q_gather(g->need, g->cap, g->huge, g->pc, MAX_PIECES, &got);
+    bool all = false;
+    g->n = qm__q_gather(g->need, g->cap, g->huge, g->pc, MAX_PIECES, &got, &all);
     QM_CHECK_OP(got, <=, g->cap); /* the pieces fit the range carved */
-    g->j = g->n && got >= g->need ? carve_locked(g->cap, a, &g->r) : NIL;
+    g->j = g->n && (got >= g->need || (all && !round)) ? carve_locked(g->cap, a, &g->r) : NIL;
     if (g->n && g->j == NIL)
       qm__q_ungather(g->pc, g->n);
     if (g->j != NIL)

@@ -1564,6 +1564,41 @@ TEST_F(Large, AChunkOfSeveralMappingsGivesItsTail) {
   qm_free(q);
 }
 
+// A request larger than all the quarantine holds takes what it holds (the
+// rest opened afresh), as a table that grows does: before, it faulted in a
+// fresh chunk and left the older table's pages pooled for no request.
+TEST_F(Large, ARequestLargerThanThePoolTakesAllOfIt) {
+  if (!gathers())
+    GTEST_SKIP() << "no gathering here";
+  set("thp_min_mb=0");
+  qmt_quarantine_flush();
+  const size_t old = 256 * KiB, pg = qmt_page();
+  char *a = static_cast<char *>(qm_malloc(old));
+  std::memset(a, 1, old);
+  qm_free(a);
+  PinnedAndDrained pin;
+  pin.drain();
+  qm_stats_t before = stats();
+  ASSERT_EQ(before.quarantine_resident_bytes, old);
+  char *q = static_cast<char *>(qm_malloc(4 * old));
+  qm_stats_t after = stats();
+  EXPECT_EQ(after.belt_gathers, before.belt_gathers + 1);
+  EXPECT_EQ(after.belt_pieces, before.belt_pieces + 1) << "a's pages";
+  EXPECT_EQ(after.belt_fresh, before.belt_fresh) << "no chunk of its own";
+  EXPECT_EQ(after.quarantine_resident_bytes, 0u) << "nothing left pooled";
+  // the pieces go in first: a's pages are the chunk's first
+  size_t ones = 0;
+  for (size_t o = 0; o < old; o += pg)
+    ones += q[o] == 1;
+  EXPECT_EQ(ones, old / pg) << "a's pages, as they were";
+  long f0 = qmt_minflt();
+  std::memset(q, 2, 4 * old);
+  long faults = qmt_minflt() - f0;
+  EXPECT_GE(faults, static_cast<long>(3 * old / pg)) << "the rest faults in";
+  EXPECT_LE(faults, static_cast<long>(3 * old / pg) + 2) << "a's pages do not";
+  qm_free(q);
+}
+
 // A gathered chunk is zeroed by calloc: the pooled pages it takes hold what
 // their chunks held.
 TEST_F(Large, CallocOfAGatheredChunkIsZero) {
