@@ -1599,6 +1599,23 @@ TEST_F(Large, ARequestLargerThanThePoolTakesAllOfIt) {
   qm_free(q);
 }
 
+// The same by calloc: the pooled part is zeroed, the part opened afresh is.
+TEST_F(Large, CallocOfARequestLargerThanThePoolIsZero) {
+  if (!gathers())
+    GTEST_SKIP() << "no gathering here";
+  set("thp_min_mb=0");
+  qmt_quarantine_flush();
+  const size_t old = 256 * KiB;
+  char *a = static_cast<char *>(qm_malloc(old));
+  std::memset(a, 0xff, old);
+  qm_free(a);
+  qm_stats_t before = stats();
+  char *q = static_cast<char *>(qm_calloc(4, old));
+  EXPECT_EQ(stats().belt_gathers, before.belt_gathers + 1);
+  EXPECT_TRUE(all_bytes(q, 4 * old, 0));
+  qm_free(q);
+}
+
 // A gathered chunk is zeroed by calloc: the pooled pages it takes hold what
 // their chunks held.
 TEST_F(Large, CallocOfAGatheredChunkIsZero) {
