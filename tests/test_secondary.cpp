@@ -1235,23 +1235,30 @@ TEST_F(BeltSteady, ReuseTakesNoFaultsWhileTheRingOfDeadRecordsFills) {
 }
 
 // The belt's dead ranges are mapped afresh in batches: thousands of moves
-// leave a bounded number of mappings, far below vm.max_map_count.
+// leave a bounded number of mappings in the belt and its mirror, far below
+// vm.max_map_count, and none elsewhere. Counted where they lie, not for the
+// whole process: in the unit run, what earlier tests left comes first
+// (1003 mappings before the churn on 5.10 + series, 607 on 6.18; the belt
+// held 490 at the peak there), and the whole process passed 1000 with the
+// belt well within it.
 TEST_F(Large, BeltMappingsStayBounded) {
   if (!belt_on())
     GTEST_SKIP() << "no belt under this strategy";
   std::vector<void *> live(8);
-  long before = qmt_mappings(), peak = 0, in_belt = 0, in_mirror = 0;
+  long belt0, mirror0;
+  qmt_mappings_in_belt(&belt0, &mirror0);
+  const long rest0 = qmt_mappings() - belt0 - mirror0;
+  long belt = 0, rest = 0;
   for (int i = 0; i < 6000; i++) {
     qm_free(live[i % 8]);
     size_t n = 128 * KiB + (static_cast<size_t>(i) * 7919 % 64) * 16 * KiB;
     live[i % 8] = qm_malloc(n);
     static_cast<char *>(live[i % 8])[0] = 1;
     if (i % 500 == 0) {
-      long m = qmt_mappings();
-      if (m > peak) {
-        peak = m;
-        qmt_mappings_in_belt(&in_belt, &in_mirror);
-      }
+      long in_belt, in_mirror, all = qmt_mappings();
+      qmt_mappings_in_belt(&in_belt, &in_mirror);
+      belt = std::max(belt, in_belt + in_mirror);
+      rest = std::max(rest, all - in_belt - in_mirror);
     }
   }
   for (void *p : live)
@@ -1260,9 +1267,10 @@ TEST_F(Large, BeltMappingsStayBounded) {
   // RW and empty with it to be mapped afresh: two mappings more for each
   // of the 256 the belt queues at most
   const long bound = stats().belt_way == QM_BELT_MOVE ? 1000 + 2 * 256 : 1000;
-  EXPECT_LT(peak, bound) << "mappings of the whole process: " << before
-                         << " before the churn; at the peak " << in_belt << " in the belt, "
-                         << in_mirror << " in its mirror";
+  EXPECT_LT(belt, bound) << "mappings in the belt and its mirror at the peak";
+  // outside it the churn maps nothing that stays (the records' storage at
+  // most: a few mappings, once)
+  EXPECT_LT(rest - rest0, 16) << "mappings elsewhere: " << rest0 << " before the churn";
   EXPECT_GT(stats().belt_moves, 5000u);
 }
 
