@@ -97,49 +97,18 @@ typedef struct slot {
 #define AGRAN_SHIFT 24
 #define ABIG ((size_t)64 << 20) /* records spanning more are on one list */
 
+/* What the files of the secondary share of their state: the lock and
+ * whether they are set up. The lock is a leaf (the belt's, its own, is
+ * taken inside it, nothing else) and guards the state each file keeps
+ * private: the records (large_record.c), the quarantine (quarantine.c)
+ * and the secondary's counts (secondary.c); the SIGSEGV handler reads
+ * records and the address index without it. ready: set once by the
+ * secondary's set-up, LF sealed then. Defined in large_record.c. */
 typedef struct qm_large {
   qm_lock_t lock;
-  qm_lock_t init_lock;
   atomic_int ready;
-  size_t nblk, blk_committed; /* records in use (high water), RW */
-  uint32_t free_rec;
-  slot_t *tab;
-  size_t tab_cap, tab_used;
-  uint32_t qhead, qtail, age; /* quarantine FIFO, oldest first; first not aged */
-  /* aged chunks: hot[] by resident pages (dirty), cold[] (none resident) by
-   * capacity; nhot[] counts the hot bins, demand[] the requests per class */
-  uint32_t hot[NBINS], cold[NBINS], nhot[NBINS], demand[NBINS];
-  uint32_t demand_clock;
-  qm_rng_t rng;                     /* the reuse choice */
-  size_t qcount, qpages, qresident; /* chunks, usable pages, resident pages */
-  size_t ltail;                     /* resident pages live chunks hold past their RW part */
-  uint64_t frees, freed_bytes;      /* the clocks quarantine age is read on */
-  size_t maps;
-  size_t live, live_bytes, mapped_bytes;
-  uint64_t allocs, reuses, fresh, unmaps, drops, avoided, in_place, moved;
-  bool no_dontunmap;
-  /* the stack table: per record, frames allocating then frames freeing */
-  uintptr_t *stk[MAX_RECORDS / ((size_t)1 << 13)];
-  size_t stk_committed; /* records whose entries are mapped */
-  size_t maps_peak;
-  /* quarantined chunks unmapped before their window passed: only out of
-   * address space, memory or mappings, only in the default profile */
-  uint64_t window_breaks;
-  /* dead records, oldest first: positions of dead_q, an aging queue of
-   * DEAD_MAX; NIL: forgotten early, left in place until it is the oldest */
-  uint32_t dead[DEAD_MAX];
-  qm_age_t dead_q;
-  bool prefilled;                          /* the ring's storage made ready (qm__dead_push) */
-  uint64_t belt_fresh, belt_moves, buried; /* belt chunks carved, reuses by move, buried */
-  uint64_t belt_pooled;                    /* frees whose pages moved to the mirror */
-  uint64_t belt_gathers, belt_pieces;      /* reuses assembled from pieces, and those */
-  /* the address index: records by the 16 MiB granule of their base, the
-   * few spanning more than ABIG on one list; heads, linked by anext */
-  _Atomic uint32_t abucket[ABUCKETS], abig;
 } qm_large_t;
 
-/* Defined in large_record.c. The short name keeps the code that moved out of
- * one file as it was. */
 extern QM_HIDDEN qm_large_t qm__large;
 #define S qm__large
 /* What is fixed once the secondary is ready, sealed (ro.h). */
@@ -222,7 +191,8 @@ uint32_t qm__tab_find(uintptr_t k);
 bool qm__tab_reserve(void);
 void qm__tab_insert(uintptr_t k, uint32_t idx);
 /* Makes a record whose mapping is set known: by its user pointer (the hash)
- * and by address (the index qm__rec_find reads). */
+ * and by address (the index qm__rec_find reads); its span counts as
+ * address space held. */
 void qm__rec_publish(uint32_t i);
 /* The record whose mapping (guards included) holds a, or NIL. Lock-free
  * and allocation-free (the SIGSEGV handler's): records never move, links
@@ -231,21 +201,52 @@ uint32_t qm__rec_find(uintptr_t a);
 /* Moves a chunk's entry to its new user pointer (a reuse with another lead). */
 void qm__tab_rekey(uintptr_t from, uintptr_t to, uint32_t idx);
 void qm__set_vmas(block_t *b, bool live);
+/* Its mappings and address space are no longer counted (it was buried, or
+ * is about to be unmapped); qm__forget also takes its user pointer out of
+ * the hash. */
+void qm__rec_unmapped(uint32_t i);
 void qm__forget(uint32_t i);
+/* The mappings the records' chunks are (qm__set_vmas's estimate), */
+size_t qm__rec_maps(void);
+/* and with the peak of it and the address space they hold. */
+void qm__rec_counts(size_t *maps, size_t *maps_peak, size_t *mapped_bytes);
 void qm__unmap_forgotten(uint32_t i);
-/* Keeps a dead record for reports; the oldest goes past DEAD_MAX. */
-void qm__dead_push(uint32_t i);
+/* Keeps a dead record for reports; the oldest goes past DEAD_MAX. Returns
+ * true once, when enough chunks died that the program churns large chunks
+ * and the ring's storage was made ready in one go: the caller does the
+ * same for the belt (qm__belt_prefill). */
+bool qm__dead_push(uint32_t i);
 /* Forgets the dead records whose range is in [lo, hi): the belt is about to
  * carve it again. */
 void qm__dead_evict(uintptr_t lo, uintptr_t hi);
 void qm__trace_capture(trace_t *t);
 void qm__note_alloc(uint32_t i, const trace_t *t);
-void qm__note_free(uint32_t i, const trace_t *t);
+/* Counts a large free of chunk i on the clocks (frees, their bytes) and
+ * records t as its freeing stack; returns the frees counted, this one
+ * included. */
+uint64_t qm__note_free(uint32_t i, const trace_t *t);
+/* The clocks: large frees counted, and the bytes they freed. */
+uint64_t qm__rec_frees(void);
+uint64_t qm__rec_freed_bytes(void);
 stk_t *qm__stk_at(uint32_t i);
 uintptr_t *qm__stk_pcs(stk_t *e);
 
 /* ---- quarantine.c: the FIFO, the bins, aging, budgets and the choice ---- */
 
+/* Empties the FIFO and the bins (the secondary's set-up). */
+void qm__q_init(void);
+/* Resident pages a live chunk holds past its RW part (tail_pages) count
+ * against the resident budget: added when it is handed out or resized,
+ * taken off when it is freed or resized. */
+void qm__q_tail_add(size_t pages);
+void qm__q_tail_sub(size_t pages);
+/* A freed chunk was unmapped before its window passed (window_breaks). */
+void qm__q_window_broken(void);
+/* A chunk that left the quarantine's care was unmapped (the unmaps count). */
+void qm__q_unmapped(void);
+/* Its counts: chunks, bytes, resident bytes, unmaps, drops, window breaks. */
+struct qm_stats;
+void qm__q_stats(struct qm_stats *s);
 void qm__q_age(void);
 void qm__q_unlink(uint32_t i);
 /* The aged chunk that serves `need` pages, or NIL; *whole: its resident

@@ -1,21 +1,46 @@
-/* large_record.c: the records of large chunks (a table reserved once and
- * committed as it grows, so a record never moves and the SIGSEGV handler
- * reads it without the lock), the address -> record hash, the stack table
- * beside the records, and the count of mappings. Everything here runs
- * under S.lock (the SIGSEGV handler's racy reads aside) and calls only down:
- * the OS layer, the strategies' mapping counts, the unwinder.
+/* large_record.c: the records of large chunks and all that is kept of
+ * them: the record table (reserved once and committed as it grows, so a
+ * record never moves and the SIGSEGV handler reads it without the lock),
+ * the user pointer -> record hash, the address index, the stack table
+ * beside the records, the ring of dead records, the count of mappings and
+ * address space the records hold, and the clock of large frees they are
+ * stamped on. All of it is R, private to this file, changed under S.lock
+ * (the SIGSEGV handler's racy reads aside); no record's state is changed
+ * here but a freed record's (B_UNUSED). Calls go only down: the OS layer,
+ * the strategies' mapping counts, the unwinder.
  */
 #include "large_record.h"
 
 #include <string.h>
 
-#include "belt.h"
 #include "large.h"
 #include "options.h"
 #include "os.h"
 #include "strategy.h"
 
-qm_large_t qm__large = {.lock = QM_LOCK_INIT, .init_lock = QM_LOCK_INIT};
+qm_large_t qm__large = {.lock = QM_LOCK_INIT};
+
+static struct {
+  size_t nblk, blk_committed; /* records in use (high water), RW */
+  uint32_t free_rec;          /* the free records, linked by qnext */
+  slot_t *tab;                /* the hash: user pointer -> record */
+  size_t tab_cap, tab_used;
+  /* the stack table: per record, frames allocating then frames freeing */
+  uintptr_t *stk[MAX_RECORDS / STK_SEG];
+  size_t stk_committed; /* records whose entries are mapped */
+  /* dead records, oldest first: positions of dead_q, an aging queue of
+   * DEAD_MAX; NIL: forgotten early, left in place until it is the oldest */
+  uint32_t dead[DEAD_MAX];
+  qm_age_t dead_q;
+  bool prefilled; /* the ring's storage made ready (qm__dead_push) */
+  /* the address index: records by the 16 MiB granule of their base, the
+   * few spanning more than ABIG on one list; heads, linked by anext */
+  _Atomic uint32_t abucket[ABUCKETS], abig;
+  /* mappings the records' chunks are (an estimate, as qm__set_vmas counts
+   * them), its peak, and the address space they hold (guards included) */
+  size_t maps, maps_peak, mapped_bytes;
+  uint64_t frees, freed_bytes; /* the large frees counted, and their bytes */
+} R = {.free_rec = NIL};
 
 /* ---- the record table and the address -> record hash (under S.lock) ---- */
 
@@ -56,23 +81,23 @@ static size_t stk_entry_bytes(void) {
 static size_t stk_seg_bytes(void) { return qm_page_up(STK_SEG * stk_entry_bytes()); }
 
 static void stk_grow(void) {
-  while (LF.frames && S.stk_committed < S.blk_committed) {
-    size_t seg = S.stk_committed / STK_SEG;
-    if (seg >= sizeof S.stk / sizeof S.stk[0])
+  while (LF.frames && R.stk_committed < R.blk_committed) {
+    size_t seg = R.stk_committed / STK_SEG;
+    if (seg >= sizeof R.stk / sizeof R.stk[0])
       return;
     void *p;
     if (qm_os_map_guarded(stk_seg_bytes(), QM_PROT_RW, &p))
       return; /* tried again when the records grow */
-    S.stk[seg] = p;
-    S.stk_committed = (seg + 1) * STK_SEG;
+    R.stk[seg] = p;
+    R.stk_committed = (seg + 1) * STK_SEG;
   }
 }
 
 /* Record i's entry; NULL without one. */
 stk_t *qm__stk_at(uint32_t i) {
-  if (!LF.frames || i >= S.stk_committed)
+  if (!LF.frames || i >= R.stk_committed)
     return NULL;
-  return (stk_t *)((char *)S.stk[i / STK_SEG] + (i % STK_SEG) * stk_entry_bytes());
+  return (stk_t *)((char *)R.stk[i / STK_SEG] + (i % STK_SEG) * stk_entry_bytes());
 }
 
 /* Its frames: the allocating ones, then (at LF.frames) the freeing ones. */
@@ -93,38 +118,44 @@ void qm__note_alloc(uint32_t i, const trace_t *t) {
   memcpy(qm__stk_pcs(e), t->pc, t->n * sizeof(uintptr_t));
 }
 
-/* And as its freeing stack, at S.frees counted (under S.lock). */
-void qm__note_free(uint32_t i, const trace_t *t) {
+uint64_t qm__note_free(uint32_t i, const trace_t *t) {
+  R.frees++;
+  R.freed_bytes += B(i)->size;
   stk_t *e = qm__stk_at(i);
   if (!e)
-    return;
+    return R.frees;
   e->nfree = (uint8_t)t->n;
   e->free_tid = t->tid;
-  e->free_seq = S.frees;
+  e->free_seq = R.frees;
   e->free_ms = qm__clock_ms();
   memcpy(qm__stk_pcs(e) + LF.frames, t->pc, t->n * sizeof(uintptr_t));
+  return R.frees;
 }
+
+uint64_t qm__rec_frees(void) { return R.frees; }
+
+uint64_t qm__rec_freed_bytes(void) { return R.freed_bytes; }
 
 uint32_t qm__rec_alloc(void) {
   if (!LF.blk && !qm__blk_reserve())
     return NIL;
-  if (S.free_rec != NIL) {
-    uint32_t i = S.free_rec;
-    S.free_rec = B(i)->qnext;
+  if (R.free_rec != NIL) {
+    uint32_t i = R.free_rec;
+    R.free_rec = B(i)->qnext;
     return i;
   }
-  if (S.nblk == LF.blk_max)
+  if (R.nblk == LF.blk_max)
     return NIL;
-  if (S.nblk == S.blk_committed) {
+  if (R.nblk == R.blk_committed) {
     size_t step = (64 << 10) / sizeof(block_t);
-    size_t from = qm_page_up(S.blk_committed * sizeof(block_t));
-    size_t to = qm_page_up((S.blk_committed + step) * sizeof(block_t));
+    size_t from = qm_page_up(R.blk_committed * sizeof(block_t));
+    size_t to = qm_page_up((R.blk_committed + step) * sizeof(block_t));
     if (qm_os_protect((char *)LF.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
       return NIL;
-    S.blk_committed = to / sizeof(block_t);
+    R.blk_committed = to / sizeof(block_t);
     stk_grow();
   }
-  return (uint32_t)S.nblk++;
+  return (uint32_t)R.nblk++;
 }
 
 static void addr_remove(uint32_t i);
@@ -135,8 +166,8 @@ void qm__rec_free(uint32_t i) {
     addr_remove(i);
   memset(b, 0, sizeof *b);
   b->state = B_UNUSED;
-  b->qnext = S.free_rec;
-  S.free_rec = i;
+  b->qnext = R.free_rec;
+  R.free_rec = i;
 }
 
 static size_t hash(uintptr_t k) { return (size_t)((k >> 12) * 0x9e3779b97f4a7c15ull); }
@@ -147,8 +178,8 @@ static size_t hash(uintptr_t k) { return (size_t)((k >> 12) * 0x9e3779b97f4a7c15
 
 static _Atomic uint32_t *addr_head(const block_t *b) {
   if (b->span > ABIG)
-    return &S.abig;
-  return &S.abucket[(b->base >> AGRAN_SHIFT) % ABUCKETS];
+    return &R.abig;
+  return &R.abucket[(b->base >> AGRAN_SHIFT) % ABUCKETS];
 }
 
 /* Links hold a record's index + 1: 0 ends a list, so zeroed heads are
@@ -159,6 +190,7 @@ void qm__rec_publish(uint32_t i) {
   _Atomic uint32_t *h = addr_head(b);
   b->anext = atomic_load_explicit(h, memory_order_relaxed);
   b->flags |= F_INDEXED;
+  R.mapped_bytes += b->span;
   /* the record is whole before a reader can reach it */
   atomic_store_explicit(h, i + 1, memory_order_release);
 }
@@ -190,13 +222,13 @@ uint32_t qm__rec_find(uintptr_t a) {
   if (!LF.blk)
     return NIL;
   unsigned steps = 0;
-  for (uint32_t k = atomic_load_explicit(&S.abig, memory_order_acquire);
+  for (uint32_t k = atomic_load_explicit(&R.abig, memory_order_acquire);
        k && k <= LF.blk_max && steps < AWALK; k = LF.blk[k - 1].anext, steps++)
     if (holds(k - 1, a))
       return k - 1;
   /* a record's base is in its own granule or up to ABIG before */
   for (uintptr_t g = 0; g <= (ABIG >> AGRAN_SHIFT) + 1 && g <= a >> AGRAN_SHIFT; g++) {
-    _Atomic uint32_t *h = &S.abucket[((a >> AGRAN_SHIFT) - g) % ABUCKETS];
+    _Atomic uint32_t *h = &R.abucket[((a >> AGRAN_SHIFT) - g) % ABUCKETS];
     for (uint32_t k = atomic_load_explicit(h, memory_order_acquire);
          k && k <= LF.blk_max && steps < AWALK; k = LF.blk[k - 1].anext, steps++)
       if (holds(k - 1, a))
@@ -206,13 +238,13 @@ uint32_t qm__rec_find(uintptr_t a) {
 }
 
 uint32_t qm__tab_find(uintptr_t k) {
-  if (!S.tab_cap)
+  if (!R.tab_cap)
     return NIL;
-  size_t m = S.tab_cap - 1;
+  size_t m = R.tab_cap - 1;
   for (size_t i = hash(k) & m;; i = (i + 1) & m) {
-    if (S.tab[i].key == k)
-      return S.tab[i].idx;
-    if (!S.tab[i].key)
+    if (R.tab[i].key == k)
+      return R.tab[i].idx;
+    if (!R.tab[i].key)
       return NIL;
   }
 }
@@ -228,57 +260,57 @@ static void tab_put(slot_t *t, size_t cap, uintptr_t k, uint32_t idx) {
 /* Keeps the load at most 1/2 with n entries; false if there is no memory
  * to grow. */
 static bool tab_hold(size_t n) {
-  if (n * 2 <= S.tab_cap)
+  if (n * 2 <= R.tab_cap)
     return true;
-  size_t cap = S.tab_cap ? S.tab_cap * 2 : 512;
+  size_t cap = R.tab_cap ? R.tab_cap * 2 : 512;
   while (n * 2 > cap)
     cap *= 2;
   void *p;
   if (qm_os_map_guarded(qm_page_up(cap * sizeof(slot_t)), QM_PROT_RW, &p))
     return false;
   slot_t *t = p;
-  for (size_t i = 0; i < S.tab_cap; i++)
-    if (S.tab[i].key)
-      tab_put(t, cap, S.tab[i].key, S.tab[i].idx);
-  if (S.tab)
-    qm_os_unmap_guarded(S.tab, qm_page_up(S.tab_cap * sizeof(slot_t)));
-  S.tab = t;
-  S.tab_cap = cap;
+  for (size_t i = 0; i < R.tab_cap; i++)
+    if (R.tab[i].key)
+      tab_put(t, cap, R.tab[i].key, R.tab[i].idx);
+  if (R.tab)
+    qm_os_unmap_guarded(R.tab, qm_page_up(R.tab_cap * sizeof(slot_t)));
+  R.tab = t;
+  R.tab_cap = cap;
   return true;
 }
 
-bool qm__tab_reserve(void) { return tab_hold(S.tab_used + 1); }
+bool qm__tab_reserve(void) { return tab_hold(R.tab_used + 1); }
 
 void qm__tab_insert(uintptr_t k, uint32_t idx) {
-  tab_put(S.tab, S.tab_cap, k, idx);
-  S.tab_used++;
+  tab_put(R.tab, R.tab_cap, k, idx);
+  R.tab_used++;
 }
 
 /* Linear-probing delete with backward shift: no tombstones. */
 static void tab_remove(uintptr_t k) {
-  size_t m = S.tab_cap - 1, i = hash(k) & m;
-  while (S.tab[i].key != k) {
-    QM_CHECK(S.tab[i].key);
+  size_t m = R.tab_cap - 1, i = hash(k) & m;
+  while (R.tab[i].key != k) {
+    QM_CHECK(R.tab[i].key);
     i = (i + 1) & m;
   }
-  for (size_t j = (i + 1) & m; S.tab[j].key; j = (j + 1) & m) {
-    size_t home = hash(S.tab[j].key) & m;
+  for (size_t j = (i + 1) & m; R.tab[j].key; j = (j + 1) & m) {
+    size_t home = hash(R.tab[j].key) & m;
     /* move j into the hole at i unless its home lies cyclically in (i, j] */
     if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
-      S.tab[i] = S.tab[j];
+      R.tab[i] = R.tab[j];
       i = j;
     }
   }
-  S.tab[i].key = 0;
-  S.tab_used--;
+  R.tab[i].key = 0;
+  R.tab_used--;
 }
 
 void qm__set_vmas(block_t *b, bool live) {
   unsigned v = qm__range_vmas(LF.strategy, live) + b->extra_vmas;
-  S.maps = S.maps - b->vmas + v;
+  R.maps = R.maps - b->vmas + v;
   b->vmas = (uint8_t)v;
-  if (S.maps > S.maps_peak)
-    S.maps_peak = S.maps;
+  if (R.maps > R.maps_peak)
+    R.maps_peak = R.maps;
 }
 
 /* Takes a BUSY chunk's address out of the table before its mapping goes
@@ -286,11 +318,23 @@ void qm__set_vmas(block_t *b, bool live) {
  * another thread, whose chunk must not meet this record. The record itself
  * is released after the munmap (unmapped()). */
 void qm__forget(uint32_t i) {
+  qm__rec_unmapped(i);
+  tab_remove(user_of(B(i)));
+}
+
+void qm__rec_unmapped(uint32_t i) {
   block_t *b = B(i);
-  S.maps -= b->vmas;
+  R.maps -= b->vmas;
   b->vmas = 0;
-  S.mapped_bytes -= b->span;
-  tab_remove(user_of(b));
+  R.mapped_bytes -= b->span;
+}
+
+size_t qm__rec_maps(void) { return R.maps; }
+
+void qm__rec_counts(size_t *maps, size_t *maps_peak, size_t *mapped_bytes) {
+  *maps = R.maps;
+  *maps_peak = R.maps_peak;
+  *mapped_bytes = R.mapped_bytes;
 }
 
 void qm__tab_rekey(uintptr_t from, uintptr_t to, uint32_t idx) {
@@ -319,74 +363,74 @@ static void dead_forget(uint32_t i) {
 /* Once PREFILL_AT belt chunks have been buried (the program churns large
  * chunks), what the ring will take as it fills is made ready in one go: the
  * records, their stack entries, and the hash's table for them, committed
- * and faulted in (MADV_POPULATE_WRITE), with the ring and the belt's segment table: about 2.2 MiB
- * at 16 frames. Left to grow with the ring, they faulted a page in every few burials until it was
- * full, some 4,100 large frees in: large churn W=8 took 0.24 faults/op in 600 ops after 1,508 (143
- * faults: record pages, stack entry pages and the hash's rebuild past 2,048 entries), jemalloc
- * 0.003-0.005. A program that frees few large chunks pays none of it. Under S.lock, as the record
- * table's growth is. */
+ * and faulted in (MADV_POPULATE_WRITE), with the ring (the caller then does the same for the
+ * belt's segment table): about 2.2 MiB at 16 frames. Left to grow with the ring, they faulted a
+ * page in every few burials until it was full, some 4,100 large frees in: large churn W=8 took 0.24
+ * faults/op in 600 ops after 1,508 (143 faults: record pages, stack entry pages and the hash's
+ * rebuild past 2,048 entries), jemalloc 0.003-0.005. A program that frees few large chunks pays
+ * none of it. Under S.lock, as the record table's growth is. */
 #define PREFILL_AT 256
 #define PREFILL_SLACK 64 /* records beyond the ring's: live and pooled chunks come and go */
 
 static void prefill(void) {
-  size_t want = S.nblk + (DEAD_MAX - S.dead_q.n) + PREFILL_SLACK;
+  size_t want = R.nblk + (DEAD_MAX - R.dead_q.n) + PREFILL_SLACK;
   if (want > LF.blk_max)
     want = LF.blk_max;
-  if (want > S.blk_committed) {
-    size_t from = qm_page_up(S.blk_committed * sizeof(block_t));
+  if (want > R.blk_committed) {
+    size_t from = qm_page_up(R.blk_committed * sizeof(block_t));
     size_t to = qm_page_up(want * sizeof(block_t));
     if (qm_os_protect((char *)LF.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
       return;
-    S.blk_committed = to / sizeof(block_t);
+    R.blk_committed = to / sizeof(block_t);
     stk_grow();
   }
-  uintptr_t lo = qm_align_down((uintptr_t)&LF.blk[S.nblk], qm__page);
-  qm_os_populate((void *)lo, qm_page_up((uintptr_t)&LF.blk[S.blk_committed]) - lo);
+  uintptr_t lo = qm_align_down((uintptr_t)&LF.blk[R.nblk], qm__page);
+  qm_os_populate((void *)lo, qm_page_up((uintptr_t)&LF.blk[R.blk_committed]) - lo);
   /* the stack entries of the records to come, segment by segment */
-  for (size_t r = S.nblk; r < S.blk_committed && r < S.stk_committed;) {
+  for (size_t r = R.nblk; r < R.blk_committed && r < R.stk_committed;) {
     size_t seg = r / STK_SEG, end = (seg + 1) * STK_SEG;
-    if (end > S.blk_committed)
-      end = S.blk_committed;
+    if (end > R.blk_committed)
+      end = R.blk_committed;
     uintptr_t a = qm_align_down((uintptr_t)qm__stk_at((uint32_t)r), qm__page);
-    uintptr_t z = qm_page_up((uintptr_t)S.stk[seg] + (end - seg * STK_SEG) * stk_entry_bytes());
+    uintptr_t z = qm_page_up((uintptr_t)R.stk[seg] + (end - seg * STK_SEG) * stk_entry_bytes());
     qm_os_populate((void *)a, z - a);
     r = end;
   }
-  if (tab_hold(S.tab_used + (DEAD_MAX - S.dead_q.n) + PREFILL_SLACK))
-    qm_os_populate(S.tab, qm_page_up(S.tab_cap * sizeof(slot_t)));
-  /* the ring itself, and the belt's segment table (a page per 2 GiB
-   * carved) */
-  uintptr_t r0 = qm_align_down((uintptr_t)S.dead, qm__page);
-  qm_os_populate((void *)r0, qm_page_up((uintptr_t)(S.dead + DEAD_MAX)) - r0);
-  qm__belt_prefill();
+  if (tab_hold(R.tab_used + (DEAD_MAX - R.dead_q.n) + PREFILL_SLACK))
+    qm_os_populate(R.tab, qm_page_up(R.tab_cap * sizeof(slot_t)));
+  /* the ring itself */
+  uintptr_t r0 = qm_align_down((uintptr_t)R.dead, qm__page);
+  qm_os_populate((void *)r0, qm_page_up((uintptr_t)(R.dead + DEAD_MAX)) - r0);
 }
 
-void qm__dead_push(uint32_t i) {
-  if (S.dead_q.n >= PREFILL_AT && !S.prefilled) {
-    S.prefilled = true;
+bool qm__dead_push(uint32_t i) {
+  bool first = R.dead_q.n >= PREFILL_AT && !R.prefilled;
+  if (first) {
+    R.prefilled = true;
     prefill();
   }
-  if (qm_age_full(&S.dead_q, DEAD_MAX)) {
-    uint32_t old = S.dead[qm_age_pop(&S.dead_q, DEAD_MAX)];
+  if (qm_age_full(&R.dead_q, DEAD_MAX)) {
+    uint32_t old = R.dead[qm_age_pop(&R.dead_q, DEAD_MAX)];
     if (old != NIL)
       dead_forget(old);
   }
-  S.dead[qm_age_push(&S.dead_q, DEAD_MAX)] = i;
+  R.dead[qm_age_push(&R.dead_q, DEAD_MAX)] = i;
+  return first;
 }
 
 /* A scan of the ring, once per segment the belt enters (16 MiB carved). */
 void qm__dead_evict(uintptr_t lo, uintptr_t hi) {
   if (lo >= hi)
     return;
-  for (uint32_t k = 0; k < S.dead_q.n; k++) {
-    uint32_t *d = &S.dead[qm_age_at(&S.dead_q, k, DEAD_MAX)];
+  for (uint32_t k = 0; k < R.dead_q.n; k++) {
+    uint32_t *d = &R.dead[qm_age_at(&R.dead_q, k, DEAD_MAX)];
     if (*d != NIL && B(*d)->base < hi && B(*d)->base + B(*d)->span > lo) {
       dead_forget(*d);
       *d = NIL;
     }
   }
-  while (S.dead_q.n && S.dead[S.dead_q.head] == NIL)
-    qm_age_pop(&S.dead_q, DEAD_MAX);
+  while (R.dead_q.n && R.dead[R.dead_q.head] == NIL)
+    qm_age_pop(&R.dead_q, DEAD_MAX);
 }
 
 #ifdef QM_TEST_HOOKS
@@ -397,13 +441,13 @@ size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {
     out[n][0] = (uintptr_t)LF.blk;
     out[n++][1] = (uintptr_t)LF.blk + qm_page_up(LF.blk_max * sizeof(block_t));
   }
-  if (S.tab && n < cap) {
-    out[n][0] = (uintptr_t)S.tab;
-    out[n++][1] = (uintptr_t)S.tab + qm_page_up(S.tab_cap * sizeof(slot_t));
+  if (R.tab && n < cap) {
+    out[n][0] = (uintptr_t)R.tab;
+    out[n++][1] = (uintptr_t)R.tab + qm_page_up(R.tab_cap * sizeof(slot_t));
   }
-  for (size_t k = 0; k < S.stk_committed / STK_SEG && n < cap; k++) {
-    out[n][0] = (uintptr_t)S.stk[k];
-    out[n++][1] = (uintptr_t)S.stk[k] + stk_seg_bytes();
+  for (size_t k = 0; k < R.stk_committed / STK_SEG && n < cap; k++) {
+    out[n][0] = (uintptr_t)R.stk[k];
+    out[n++][1] = (uintptr_t)R.stk[k] + stk_seg_bytes();
   }
   qm_unlock(&S.lock);
   return n;

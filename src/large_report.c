@@ -94,7 +94,7 @@ void qm__large_report_stacks(const void *addr) {
       qm_buf_str(&l, "  freed by thread ");
       qm_buf_dec(&l, e->free_tid);
       qm_buf_str(&l, ", ");
-      qm_buf_dec(&l, S.frees - e->free_seq);
+      qm_buf_dec(&l, qm__rec_frees() - e->free_seq);
       qm_buf_str(&l, " large frees and ");
       qm_buf_dec(&l, now > e->free_ms ? now - e->free_ms : 0);
       qm_buf_str(&l, " ms ago, here:\n");

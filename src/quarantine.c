@@ -1,5 +1,5 @@
 /* quarantine.c: freed large chunks between their free and their reuse or
- * unmapping: the FIFO (oldest first, S.age its first chunk not aged), the
+ * unmapping: the FIFO (oldest first, Q.age its first chunk not aged), the
  * hot and cold bins of aged chunks, the limits (chunk cap, mapping budget,
  * resident budget) and what goes when one is passed, and the reuse choice.
  * Under S.lock, but for the victims' syscalls, made without it. The window:
@@ -23,13 +23,52 @@
 
 #define VICTIMS 32
 
-/* ---- the quarantine (under S.lock) ---- */
+/* The quarantine's state, all of it under S.lock. */
+static struct {
+  uint32_t qhead, qtail, age; /* the FIFO, oldest first; its first chunk not aged */
+  /* aged chunks: hot[] by resident pages (dirty), cold[] (none resident) by
+   * capacity; nhot[] counts the hot bins, demand[] the requests per class */
+  uint32_t hot[NBINS], cold[NBINS], nhot[NBINS], demand[NBINS];
+  uint32_t demand_clock;
+  qm_rng_t rng;                     /* the reuse choice */
+  size_t qcount, qpages, qresident; /* chunks, usable pages, resident pages */
+  size_t ltail; /* resident pages live chunks hold past their RW part (the budget counts them) */
+  /* quarantined chunks unmapped before their window passed: only out of
+   * address space, memory or mappings, only in the default profile */
+  uint64_t window_breaks;
+  uint64_t unmaps, drops, buried; /* chunks unmapped, whose pages were dropped, buried */
+} Q;
+
+void qm__q_init(void) {
+  Q.qhead = Q.qtail = Q.age = NIL;
+  for (unsigned c = 0; c < NBINS; c++)
+    Q.hot[c] = Q.cold[c] = NIL;
+}
+
+void qm__q_tail_add(size_t pages) { Q.ltail += pages; }
+
+void qm__q_tail_sub(size_t pages) { Q.ltail -= pages; }
+
+void qm__q_window_broken(void) { Q.window_breaks++; }
+
+void qm__q_unmapped(void) { Q.unmaps++; }
+
+void qm__q_stats(qm_stats_t *s) {
+  s->quarantine_chunks = Q.qcount;
+  s->quarantine_bytes = Q.qpages << qm__page_shift;
+  s->quarantine_resident_bytes = Q.qresident << qm__page_shift;
+  s->unmaps = Q.unmaps;
+  s->drops = Q.drops;
+  s->window_breaks = Q.window_breaks;
+}
+
+/* ---- the FIFO and the bins (under S.lock) ---- */
 
 /* A bin holds aged chunks by what serves a request best: hot[] by resident
  * pages (a request that fits them takes no fault), cold[] by capacity (no
  * page resident: only the mmap is saved). */
 static uint32_t *bin_head(const block_t *b) {
-  return b->flags & F_COLD ? &S.cold[b->bclass] : &S.hot[b->bclass];
+  return b->flags & F_COLD ? &Q.cold[b->bclass] : &Q.hot[b->bclass];
 }
 
 static void bin_insert(uint32_t i) {
@@ -48,7 +87,7 @@ static void bin_insert(uint32_t i) {
   *h = i;
   b->flags |= F_INBIN;
   if (!(b->flags & F_COLD))
-    S.nhot[b->bclass]++;
+    Q.nhot[b->bclass]++;
 }
 
 static void bin_remove(uint32_t i) {
@@ -63,7 +102,7 @@ static void bin_remove(uint32_t i) {
     B(b->bnext)->bprev = b->bprev;
   b->flags &= (uint8_t)~F_INBIN;
   if (!(b->flags & F_COLD))
-    S.nhot[b->bclass]--;
+    Q.nhot[b->bclass]--;
 }
 
 /* The FIFO is a list through the records, not an aging queue (age.h): a
@@ -72,36 +111,36 @@ static void bin_remove(uint32_t i) {
 static void q_append(uint32_t i) {
   block_t *b = B(i);
   b->qnext = NIL;
-  b->qprev = S.qtail;
-  if (S.qtail != NIL)
-    B(S.qtail)->qnext = i;
+  b->qprev = Q.qtail;
+  if (Q.qtail != NIL)
+    B(Q.qtail)->qnext = i;
   else
-    S.qhead = i;
-  S.qtail = i;
-  if (S.age == NIL)
-    S.age = i;
-  S.qcount++;
-  S.qpages += b->cap;
-  S.qresident += b->dirty;
+    Q.qhead = i;
+  Q.qtail = i;
+  if (Q.age == NIL)
+    Q.age = i;
+  Q.qcount++;
+  Q.qpages += b->cap;
+  Q.qresident += b->dirty;
 }
 
 /* Takes a chunk out of the quarantine (to reuse or unmap it). */
 void qm__q_unlink(uint32_t i) {
   block_t *b = B(i);
   bin_remove(i);
-  if (S.age == i)
-    S.age = b->qnext;
+  if (Q.age == i)
+    Q.age = b->qnext;
   if (b->qprev != NIL)
     B(b->qprev)->qnext = b->qnext;
   else
-    S.qhead = b->qnext;
+    Q.qhead = b->qnext;
   if (b->qnext != NIL)
     B(b->qnext)->qprev = b->qprev;
   else
-    S.qtail = b->qprev;
-  S.qcount--;
-  S.qpages -= b->cap;
-  S.qresident -= b->dirty;
+    Q.qtail = b->qprev;
+  Q.qcount--;
+  Q.qpages -= b->cap;
+  Q.qresident -= b->dirty;
 }
 
 /* Moves every chunk that has aged enough (min frees and min bytes freed
@@ -112,19 +151,19 @@ static bool aged(const block_t *b) {
    * waits for the belt, so its pages need not wait at all */
   if (LF.strategy == QM_STRATEGY_NONE || (b->flags & F_BELT))
     return true;
-  return S.frees - b->seq >= qm__opt.quarantine_min_frees &&
-         S.freed_bytes - b->mark >= qm__opt.quarantine_min_mb << 20;
+  return qm__rec_frees() - b->seq >= qm__opt.quarantine_min_frees &&
+         qm__rec_freed_bytes() - b->mark >= qm__opt.quarantine_min_mb << 20;
 }
 
 void qm__q_age(void) {
-  while (S.age != NIL) {
-    block_t *b = B(S.age);
+  while (Q.age != NIL) {
+    block_t *b = B(Q.age);
     if (!aged(b))
       break;
     /* a chunk BUSY being dropped is binned when it comes back */
     if (!(b->flags & F_NOREUSE) && b->state == B_QUAR)
-      bin_insert(S.age);
-    S.age = b->qnext;
+      bin_insert(Q.age);
+    Q.age = b->qnext;
   }
 }
 
@@ -134,17 +173,17 @@ void qm__q_age(void) {
  * runs of a program, and two fork children of one process, reuse chunks in
  * different orders, so an exploit cannot groom which freed chunk a request
  * gets. Drawn under S.lock. */
-static uint32_t rnd_below(uint32_t n) { return qm_rng_below(&S.rng, n); }
+static uint32_t rnd_below(uint32_t n) { return qm_rng_below(&Q.rng, n); }
 
 /* Counts a request of `need` pages in its class; halves every count now and
  * then, so that the counts follow what the program asks for lately. */
 static void demand_note(size_t need) {
-  S.demand[pclass(need)]++;
-  if (++S.demand_clock < DEMAND_HALF)
+  Q.demand[pclass(need)]++;
+  if (++Q.demand_clock < DEMAND_HALF)
     return;
-  S.demand_clock = 0;
+  Q.demand_clock = 0;
   for (unsigned c = 0; c < NBINS; c++)
-    S.demand[c] /= 2;
+    Q.demand[c] /= 2;
 }
 
 /* The aged chunk that serves `need` pages, or NIL (a fresh mapping then).
@@ -197,7 +236,7 @@ uint32_t qm__q_fit(size_t need, size_t align, bool *whole) {
   bool pick_close = false;
   unsigned fits = 0, scanned = 0;
   for (unsigned c = pclass(need); c <= pclass(far) && scanned < SCAN; c++) {
-    for (uint32_t i = S.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+    for (uint32_t i = Q.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
       const block_t *b = B(i);
       if (b->cap < need || (b->usable & (align - 1)))
         continue;
@@ -238,7 +277,7 @@ uint32_t qm__q_fit(size_t need, size_t align, bool *whole) {
   fits = 0;
   for (unsigned c = pclass(need); c <= pclass(hot_max) && c < NBINS; c++) {
     scanned = 0;
-    for (uint32_t i = S.cold[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+    for (uint32_t i = Q.cold[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
       const block_t *b = B(i);
       if (b->cap < need || b->cap > hot_max || (b->usable & (align - 1)))
         continue;
@@ -296,11 +335,11 @@ static bool gatherable(const block_t *b, unsigned vmax) {
  * n; in n's own, some may hold fewer). NIL if none. */
 static uint32_t least_covering(size_t n, unsigned vmax) {
   for (unsigned c = pclass(n); c < NBINS; c++) {
-    if (!S.nhot[c])
+    if (!Q.nhot[c])
       continue;
     uint32_t best = NIL;
     unsigned scanned = 0;
-    for (uint32_t i = S.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+    for (uint32_t i = Q.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
       const block_t *b = B(i);
       if (gatherable(b, vmax) && b->dirty >= n && (best == NIL || b->dirty < B(best)->dirty))
         best = i;
@@ -315,11 +354,11 @@ static uint32_t least_covering(size_t n, unsigned vmax) {
  * the highest class that has one), NIL if none. */
 static uint32_t most_resident(size_t most, unsigned vmax) {
   for (unsigned c = pclass(most) + 1; c-- > 0;) {
-    if (!S.nhot[c])
+    if (!Q.nhot[c])
       continue;
     uint32_t best = NIL;
     unsigned scanned = 0;
-    for (uint32_t i = S.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+    for (uint32_t i = Q.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
       const block_t *b = B(i);
       if (gatherable(b, vmax) && b->dirty <= most && (best == NIL || b->dirty > B(best)->dirty))
         best = i;
@@ -380,7 +419,7 @@ static bool gather_kind(size_t cap, piece_t *p, unsigned *n, unsigned max, size_
     bin_remove(i);
     b->state = B_BUSY;
     b->dirty -= take;
-    S.qresident -= take;
+    Q.qresident -= take;
     p[(*n)++] = (piece_t){.i = i, .off = b->dirty, .n = take, .vmas = b->extra_vmas + 1u};
     *left -= take < *left ? take : *left;
     *total += take;
@@ -390,7 +429,7 @@ static bool gather_kind(size_t cap, piece_t *p, unsigned *n, unsigned max, size_
 
 unsigned qm__q_gather(size_t need, size_t cap, bool huge, piece_t *p, unsigned max, size_t *got,
                       bool *all) {
-  size_t left = need, total = 0, held = S.qresident;
+  size_t left = need, total = 0, held = Q.qresident;
   unsigned n = 0, vleft = MAX_GATHER_VMAS;
   qm__q_age();
   /* a chunk of huge pages takes whole huge pages, each landing 2 MiB-
@@ -425,7 +464,7 @@ void qm__q_ungather(const piece_t *p, unsigned n) {
   for (unsigned k = 0; k < n; k++) {
     block_t *b = B(p[k].i);
     b->dirty += p[k].n;
-    S.qresident += p[k].n;
+    Q.qresident += p[k].n;
     b->state = B_QUAR;
     bin_insert(p[k].i);
   }
@@ -443,11 +482,11 @@ typedef struct victims {
  * `unaged_too` any, counted in window_breaks if it was in the window (only
  * the default profile asks that, past the mapping budget or when a mapping
  * failed: see fresh() in secondary.c). Aged chunks are the FIFO's prefix up
- * to S.age. */
+ * to Q.age. */
 static bool take_unmap_victim(victims_t *v, bool unaged_too) {
   bool window = false;
-  for (uint32_t i = S.qhead; i != NIL; i = B(i)->qnext) {
-    if (i == S.age) {
+  for (uint32_t i = Q.qhead; i != NIL; i = B(i)->qnext) {
+    if (i == Q.age) {
       if (!unaged_too)
         break;
       window = true;
@@ -460,7 +499,7 @@ static bool take_unmap_victim(victims_t *v, bool unaged_too) {
     if (!belt)
       qm__forget(i);
     v->unmap[v->nunmap++] = i;
-    S.window_breaks += window && !belt;
+    Q.window_breaks += window && !belt;
     return true;
   }
   return false;
@@ -469,7 +508,7 @@ static bool take_unmap_victim(victims_t *v, bool unaged_too) {
 size_t qm__q_mapped_bytes(void) {
   size_t n = 0;
   qm_lock(&S.lock);
-  for (uint32_t i = S.qhead; i != NIL; i = B(i)->qnext)
+  for (uint32_t i = Q.qhead; i != NIL; i = B(i)->qnext)
     if (B(i)->state == B_QUAR)
       n += B(i)->span;
   qm_unlock(&S.lock);
@@ -478,7 +517,7 @@ size_t qm__q_mapped_bytes(void) {
 
 void qm__q_breach_warn(void) {
   static atomic_bool warned;
-  if (!__atomic_load_n(&S.window_breaks, __ATOMIC_RELAXED) ||
+  if (!__atomic_load_n(&Q.window_breaks, __ATOMIC_RELAXED) ||
       atomic_exchange_explicit(&warned, true, memory_order_relaxed))
     return;
   qm_buf_t b;
@@ -491,13 +530,13 @@ void qm__q_breach_warn(void) {
 
 /* The resident pages the budget covers: quarantined chunks' and the ones
  * live chunks hold past their RW part. */
-static size_t resident_pages(void) { return S.qresident + S.ltail; }
+static size_t resident_pages(void) { return Q.qresident + Q.ltail; }
 
 static size_t budget_pages(void) { return (qm__opt.quarantine_mb << 20) >> qm__page_shift; }
 
 /* Whether the quarantine is past one of its limits (under S.lock). */
 bool qm__q_over(void) {
-  return S.qcount > qm__opt.quarantine_max_chunks || S.maps > LF.map_budget ||
+  return Q.qcount > qm__opt.quarantine_max_chunks || qm__rec_maps() > LF.map_budget ||
          resident_pages() > budget_pages();
 }
 
@@ -509,24 +548,24 @@ static uint32_t surplus_victim(void) {
   unsigned best = NBINS;
   uint64_t best_n = 0, best_d = 1;
   for (unsigned c = 0; c < NBINS; c++) {
-    if (!S.nhot[c])
+    if (!Q.nhot[c])
       continue;
     uint64_t d =
-        1 + (uint64_t)S.demand[c] + (c ? S.demand[c - 1] : 0) + (c > 1 ? S.demand[c - 2] : 0);
+        1 + (uint64_t)Q.demand[c] + (c ? Q.demand[c - 1] : 0) + (c > 1 ? Q.demand[c - 2] : 0);
     /* n / d >= best_n / best_d, compared without dividing */
-    if (best == NBINS || S.nhot[c] * best_d >= best_n * d) {
+    if (best == NBINS || Q.nhot[c] * best_d >= best_n * d) {
       best = c;
-      best_n = S.nhot[c];
+      best_n = Q.nhot[c];
       best_d = d;
     }
   }
-  return best == NBINS ? NIL : S.hot[best];
+  return best == NBINS ? NIL : Q.hot[best];
 }
 
 /* The youngest quarantined chunk with pages resident: the last to be reused,
  * so the one whose pages are dropped when only the window is left. */
 static uint32_t youngest_resident(void) {
-  for (uint32_t i = S.qtail; i != NIL; i = B(i)->qprev)
+  for (uint32_t i = Q.qtail; i != NIL; i = B(i)->qprev)
     if (B(i)->state == B_QUAR && B(i)->dirty)
       return i;
   return NIL;
@@ -542,17 +581,17 @@ static uint32_t youngest_resident(void) {
  * full and the caller should call again. */
 static bool q_enforce(victims_t *v, size_t extra_maps) {
   qm__q_age();
-  while (v->nunmap < VICTIMS && S.qcount > qm__opt.quarantine_max_chunks)
+  while (v->nunmap < VICTIMS && Q.qcount > qm__opt.quarantine_max_chunks)
     if (!take_unmap_victim(v, false))
       break;
   /* the window goes only in the default profile: under hardening=max the
    * mapping budget is exceeded instead, until a mapping fails */
   bool keep_window = qm__opt.hardening == QM_HARDENING_MAX;
-  while (v->nunmap < VICTIMS && S.maps + extra_maps > LF.map_budget)
+  while (v->nunmap < VICTIMS && qm__rec_maps() + extra_maps > LF.map_budget)
     if (!take_unmap_victim(v, false) && (keep_window || !take_unmap_victim(v, true)))
       break;
   size_t budget = budget_pages();
-  while (resident_pages() > budget && S.qresident && v->nunmap < VICTIMS && v->ndrop < VICTIMS) {
+  while (resident_pages() > budget && Q.qresident && v->nunmap < VICTIMS && v->ndrop < VICTIMS) {
     uint32_t i = surplus_victim();
     if (i == NIL)
       i = youngest_resident();
@@ -562,7 +601,7 @@ static bool q_enforce(victims_t *v, size_t extra_maps) {
       qm__q_unlink(i);
     } else {
       bin_remove(i);              /* binned again, cold, once its pages are gone */
-      S.qresident -= B(i)->dirty; /* counted as gone now; the drop follows */
+      Q.qresident -= B(i)->dirty; /* counted as gone now; the drop follows */
     }
     B(i)->state = B_BUSY;
     v->drop[v->ndrop++] = i;
@@ -605,8 +644,8 @@ static void process_victims(victims_t *v) {
     if (!(b->flags & F_NOREUSE) && aged(b)) /* q_age may have passed it */
       bin_insert(v->drop[k]);
   }
-  S.unmaps += v->nunmap;
-  S.drops += v->ndrop;
+  Q.unmaps += v->nunmap;
+  Q.drops += v->ndrop;
   qm_unlock(&S.lock);
   v->nunmap = v->ndrop = 0;
 }
@@ -653,8 +692,8 @@ bool qm__q_enter(uint32_t i, bool dropped) {
   if (LF.strategy != QM_STRATEGY_NONE)
     b->rw = 0;
   b->state = B_QUAR;
-  b->seq = S.frees;
-  b->mark = S.freed_bytes;
+  b->seq = qm__rec_frees();
+  b->mark = qm__rec_freed_bytes();
   qm__set_vmas(b, LF.strategy == QM_STRATEGY_NONE);
   q_append(i);
   return qm__q_over();
@@ -666,27 +705,28 @@ bool qm__q_enter(uint32_t i, bool dropped) {
  * it is kept, its range goes back to the belt (clean: mapped afresh
  * already), its record to the ring of dead records. Returns whether the
  * caller must qm__belt_tidy(). */
-static void entomb(block_t *b) {
-  S.mapped_bytes -= b->span;
-  S.maps -= b->vmas;
-  b->vmas = 0;
+static void entomb(uint32_t i) {
+  block_t *b = B(i);
+  qm__rec_unmapped(i);
   b->rw = b->dirty = 0;
   b->pool = 0;
   b->state = B_DEAD;
-  S.buried++;
+  Q.buried++;
 }
 
 bool qm__q_bury_locked(uint32_t i, bool clean) {
   block_t *b = B(i);
-  entomb(b);
+  entomb(i);
   bool work = qm__belt_release(b->base, b->span, b->odo, b->seq, clean);
-  qm__dead_push(i);
+  if (qm__dead_push(i))
+    qm__belt_prefill();
   return work;
 }
 
 void qm__q_entomb_locked(uint32_t i) {
-  entomb(B(i));
-  qm__dead_push(i);
+  entomb(i);
+  if (qm__dead_push(i))
+    qm__belt_prefill();
 }
 
 /* The same, its pages dropped first: its range mapped afresh, or for a
@@ -719,7 +759,7 @@ size_t qm__large_trim(void) {
   for (;;) {
     victims_t v = {.nunmap = 0};
     qm_lock(&S.lock);
-    for (uint32_t i = S.qhead; i != NIL && v.ndrop < VICTIMS; i = B(i)->qnext) {
+    for (uint32_t i = Q.qhead; i != NIL && v.ndrop < VICTIMS; i = B(i)->qnext) {
       block_t *b = B(i);
       if (b->state != B_QUAR || !b->dirty)
         continue;
@@ -728,7 +768,7 @@ size_t qm__large_trim(void) {
         qm__q_unlink(i);
       } else {
         bin_remove(i); /* binned again, cold, once its pages are gone */
-        S.qresident -= b->dirty;
+        Q.qresident -= b->dirty;
       }
       b->state = B_BUSY;
       v.drop[v.ndrop++] = i;

@@ -24,6 +24,18 @@
 #include "report.h"
 #include "strategy.h"
 
+/* The secondary's own state (under S.lock, but init_lock): what it
+ * counts, and what it learnt of the kernel. */
+static struct {
+  qm_lock_t init_lock;
+  size_t live, live_bytes;
+  uint64_t allocs, reuses, fresh, avoided, in_place, moved;
+  uint64_t belt_fresh, belt_moves;    /* belt chunks carved, reuses by move */
+  uint64_t belt_pooled;               /* frees whose pages moved to the mirror */
+  uint64_t belt_gathers, belt_pieces; /* reuses assembled from pieces, and those */
+  bool no_dontunmap;                  /* mremap refused MREMAP_DONTUNMAP: no belt, no move */
+} L = {.init_lock = QM_LOCK_INIT};
+
 /* Chunks that keep their pages across reuse (protect, none) and span a
  * transparent huge page get one: each of its 512 pages then changes
  * protection with one PMD, and is touched again at the cost of one; a 4 KiB
@@ -68,7 +80,7 @@ static int thp_advice(size_t cap_pages) {
  * window_gb asks for it, and not a chunk that is never reused (those are
  * unmapped when they leave the quarantine: address space goes back). */
 static bool use_belt(size_t cap, bool noreuse) {
-  return LF.strategy == QM_STRATEGY_PROTECT && !noreuse && qm__belt_on() && !S.no_dontunmap &&
+  return LF.strategy == QM_STRATEGY_PROTECT && !noreuse && qm__belt_on() && !L.no_dontunmap &&
          cap << qm__page_shift < qm__opt.unmap_threshold_mb << 20;
 }
 
@@ -111,7 +123,7 @@ static bool may_gather(size_t need, size_t align) {
 static uint32_t carve_locked(size_t cap, size_t align, qm_range_t *r) {
   uint32_t i = qm__tab_reserve() ? qm__rec_alloc() : NIL;
   uintptr_t lo, hi;
-  if (i != NIL && qm__belt_carve(cap << qm__page_shift, align, S.frees, r, &lo, &hi)) {
+  if (i != NIL && qm__belt_carve(cap << qm__page_shift, align, qm__rec_frees(), r, &lo, &hi)) {
     qm__dead_evict(lo, hi);
     B(i)->state = B_BUSY;
     return i;
@@ -138,15 +150,13 @@ static void uncarve(uint32_t i, const qm_range_t *r) {
 static void ensure_ready(void) {
   if (QM_LIKELY(atomic_load_explicit(&S.ready, memory_order_acquire)))
     return;
-  qm_lock(&S.init_lock);
+  qm_lock(&L.init_lock);
   if (!atomic_load_explicit(&S.ready, memory_order_relaxed)) {
     const qm_probe_result_t *r = qm__probe();
     LF.strategy = r->strategy;
     LF.fast = r->fast_dirty == 1;
-    S.qhead = S.qtail = S.age = S.free_rec = NIL;
+    qm__q_init();
     LF.frames = (unsigned)qm__opt.stack_frames;
-    for (unsigned c = 0; c < NBINS; c++)
-      S.hot[c] = S.cold[c] = NIL;
     qm__blk_reserve();
     long long sys = qm_os_read_number("/proc/sys/vm/max_map_count");
     if (sys <= 0)
@@ -184,7 +194,7 @@ static void ensure_ready(void) {
       qm__late_seal(qm__lfix);
     atomic_store_explicit(&S.ready, 1, memory_order_release);
   }
-  qm_unlock(&S.init_lock);
+  qm_unlock(&L.init_lock);
 }
 
 /* ---- allocation ---- */
@@ -209,21 +219,21 @@ static size_t hand_out_locked(uint32_t i, size_t size, unsigned ashift, size_t n
    * pages moved RW from the belt's pool on any kernel */
   bool kept = LF.fast || ((b->flags & F_BELT) && LF.belt_way == QM_BELT_MOVE);
   if (reused && LF.strategy == QM_STRATEGY_PROTECT && kept)
-    S.avoided += b->dirty < need ? b->dirty : need;
+    L.avoided += b->dirty < need ? b->dirty : need;
   /* every page open to the user may be written, and stays counted until its
    * pages are dropped: calloc on a later reuse relies on it */
   if (b->dirty < b->rw)
     b->dirty = b->rw;
-  S.ltail += tail_pages(b);
+  qm__q_tail_add(tail_pages(b));
   b->size = size;
   b->ashift = (uint8_t)ashift;
   b->state = B_LIVE;
   b->flags &= (uint8_t)~F_FREED;
   qm__set_vmas(b, true);
-  S.live++;
-  S.live_bytes += size;
-  S.allocs++;
-  S.reuses += reused;
+  L.live++;
+  L.live_bytes += size;
+  L.allocs++;
+  L.reuses += reused;
   return nonzero < size ? nonzero : size;
 }
 
@@ -270,8 +280,7 @@ static void publish_fresh(uint32_t i, const qm_range_t *r, size_t cap, size_t ne
                     .bprev = NIL,
                     .bnext = NIL};
   qm__rec_publish(i);
-  S.mapped_bytes += r->span;
-  S.fresh++;
+  L.fresh++;
 }
 
 /* A fresh chunk carved from the belt: its RW part opened in the
@@ -297,7 +306,7 @@ static void *fresh_belt(size_t size, unsigned ashift, size_t need, size_t lead, 
   qm_lock(&S.lock);
   qm__tab_reserve(); /* reserved when carved; another thread may have used it */
   publish_fresh(i, &r, cap, need, lead, (uint8_t)(F_BELT | (huge ? F_HUGE : 0)));
-  S.belt_fresh++;
+  L.belt_fresh++;
   qm_unlock(&S.lock);
   return hand_out(i, size, ashift, need, lead, zero, false, t);
 }
@@ -342,7 +351,7 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
      * afresh could take what another thread's mmap got there meanwhile) */
     qm_lock(&S.lock);
     if (err == EINVAL)
-      S.no_dontunmap = true; /* before Linux 5.7: no belt from now on */
+      L.no_dontunmap = true; /* before Linux 5.7: no belt from now on */
     qm__rec_free(j);
     qm_unlock(&S.lock);
     qm__q_bury(i);
@@ -385,8 +394,7 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
                  .bprev = NIL,
                  .bnext = NIL};
   qm__rec_publish(j);
-  S.mapped_bytes += r.span;
-  S.belt_moves++;
+  L.belt_moves++;
   /* its range and, pooled, its place in the mirror (emptied) are mapped
    * afresh with the other dead ranges, in a batch */
   bool work = qm__q_bury_locked(i, false);
@@ -504,7 +512,7 @@ static void *gather_reuse(gather_t *g, size_t size, unsigned ashift, size_t page
       qm__belt_clean(r.usable, moved << qm__page_shift);
     qm_lock(&S.lock);
     if (err == EINVAL)
-      S.no_dontunmap = true;
+      L.no_dontunmap = true;
     qm__rec_free(j);
     qm__q_ungather(pc + k - 1, n - (k - 1));
     bool work = settle_pieces(pc, k - 1);
@@ -561,10 +569,9 @@ static void *gather_reuse(gather_t *g, size_t size, unsigned ashift, size_t page
                  .bprev = NIL,
                  .bnext = NIL};
   qm__rec_publish(j);
-  S.mapped_bytes += r.span;
-  S.belt_moves++;
-  S.belt_gathers++;
-  S.belt_pieces += n;
+  L.belt_moves++;
+  L.belt_gathers++;
+  L.belt_pieces += n;
   bool work = settle_pieces(pc, n);
   return hand_out_unlock(j, size, ashift, need, lead, zero, true, t, work);
 }
@@ -619,7 +626,7 @@ static void discard_block(uint32_t i) {
   if (B(i)->flags & F_BELT) { /* its range stays the belt's, dead */
     qm__q_bury(i);
     qm_lock(&S.lock);
-    S.unmaps++; /* counted as the unmap it replaces */
+    qm__q_unmapped(); /* counted as the unmap it replaces */
     qm_unlock(&S.lock);
     return;
   }
@@ -629,7 +636,7 @@ static void discard_block(uint32_t i) {
   qm__unmap_forgotten(i);
   qm_lock(&S.lock);
   qm__rec_free(i);
-  S.unmaps++;
+  qm__q_unmapped();
   qm_unlock(&S.lock);
 }
 
@@ -736,13 +743,13 @@ static bool unmap_on_free(const block_t *b) {
   if (LF.strategy == QM_STRATEGY_UNMAP || !qm__opt.quarantine_max_chunks ||
       (none && b->flags & F_NOREUSE))
     return true;
-  if (S.maps - b->vmas + qm__range_vmas(LF.strategy, none) <= LF.map_budget)
+  if (qm__rec_maps() - b->vmas + qm__range_vmas(LF.strategy, none) <= LF.map_budget)
     return false;
   if (none || (b->flags & F_BELT))
     return true; /* no window to give up: a belt chunk is buried, its range kept */
   if (qm__opt.hardening == QM_HARDENING_MAX)
     return false;
-  S.window_breaks++;
+  qm__q_window_broken();
   return true;
 }
 
@@ -791,7 +798,7 @@ static bool pool_block(uint32_t i) {
   int err = qm_os_move((void *)b->usable, len, (void *)qm__belt_shadow(b->usable), true);
   if (err == EINVAL) { /* before Linux 5.7: no belt from now on */
     qm_lock(&S.lock);
-    S.no_dontunmap = true;
+    L.no_dontunmap = true;
     qm_unlock(&S.lock);
     return false;
   }
@@ -810,7 +817,7 @@ static bool pool_block(uint32_t i) {
   qm_lock(&S.lock);
   b->pool = pool;
   b->dirty = pages;
-  S.belt_pooled++;
+  L.belt_pooled++;
   bool over = qm__q_enter(i, false);
   qm_unlock(&S.lock);
   if (over)
@@ -855,14 +862,11 @@ void qm__large_free(void *p) {
   block_t *b = B(i);
   b->state = B_BUSY;
   b->flags |= F_FREED;
-  S.ltail -= tail_pages(b);
-  S.frees++;
-  b->seq = S.frees;
+  qm__q_tail_sub(tail_pages(b));
   b->odo = qm__belt_odometer();
-  qm__note_free(i, &t);
-  S.freed_bytes += b->size;
-  S.live--;
-  S.live_bytes -= b->size;
+  b->seq = qm__note_free(i, &t);
+  L.live--;
+  L.live_bytes -= b->size;
   bool none = LF.strategy == QM_STRATEGY_NONE, unmap_now = unmap_on_free(b);
   if (none && !unmap_now) { /* nothing to retire: straight in, one lock */
     bool over = qm__q_enter(i, false);
@@ -910,7 +914,7 @@ size_t qm__large_held(void *p, qm_op_t op, size_t *align) {
 static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t) {
   block_t *o = B(old);
   size_t cap = pclass_pages(pclass(need * 2));
-  if (cap < need || S.no_dontunmap || !o->rw)
+  if (cap < need || L.no_dontunmap || !o->rw)
     return NULL;
   /* a chunk of several VMAs moves in one mremap() only on kernels that allow
    * it; elsewhere (5.10, 5.15) that mremap() fails, so it is copied */
@@ -969,7 +973,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
      * (see move_reuse) */
     qm_lock(&S.lock);
     if (err == EINVAL)
-      S.no_dontunmap = true; /* before Linux 5.7: copy from now on */
+      L.no_dontunmap = true; /* before Linux 5.7: copy from now on */
     qm__rec_free(i);
     qm_unlock(&S.lock);
     return NULL;
@@ -996,30 +1000,26 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
   qm__note_alloc(i, t);
   qm__rec_publish(i);
   uintptr_t u = user_of(b);
-  S.mapped_bytes += r.span;
-  S.fresh++;
-  S.moved++;
-  S.allocs++;
-  S.live++;
-  S.live_bytes += size;
+  L.fresh++;
+  L.moved++;
+  L.allocs++;
+  L.live++;
+  L.live_bytes += size;
   /* the old chunk is freed; its range is mapped and empty now, save pages
    * past its RW part (a shrink's tail), which may still hold data: without
    * such a tail nothing is resident, so nothing counts against the
    * quarantine's budget or as a fault reuse would save */
-  S.ltail -= tail_pages(o);
+  qm__q_tail_sub(tail_pages(o));
   if (o->dirty <= o->rw)
     o->dirty = 0;
   /* the move left the emptied pages a VMA apart from the rest of the
    * range: reused in place, its RW part may be two mappings that do not
    * merge (seen on 6.18), which 5.10 and 5.15 cannot move in one mremap */
   o->flags |= F_FREED | F_SPLIT;
-  S.frees++;
-  o->seq = S.frees;
   o->odo = qm__belt_odometer();
-  qm__note_free(old, t);
-  S.freed_bytes += o->size;
-  S.live--;
-  S.live_bytes -= o->size;
+  o->seq = qm__note_free(old, t);
+  L.live--;
+  L.live_bytes -= o->size;
   bool unmap_now = unmap_on_free(o);
   qm_unlock(&S.lock);
   if (o->flags & F_BELT) /* its range is empty: dead at once, mapped afresh */
@@ -1045,10 +1045,10 @@ void *qm__large_realloc(void *p, size_t size) {
      * it, or under strategy none, keeps the pages open too. */
     size_t open = need + need / 8 < b->cap ? need + need / 8 : b->cap;
     if ((need <= old_rw && old_rw <= open) || (need < old_rw && LF.strategy == QM_STRATEGY_NONE)) {
-      S.live_bytes = S.live_bytes - b->size + size;
+      L.live_bytes = L.live_bytes - b->size + size;
       b->size = size;
       b->ashift = 0; /* realloc hands out malloc's kind of chunk */
-      S.in_place++;
+      L.in_place++;
       qm_unlock(&S.lock);
       return p;
     }
@@ -1066,7 +1066,7 @@ void *qm__large_realloc(void *p, size_t size) {
     qm_lock(&S.lock);
     b->state = B_LIVE;
     if (!err) {
-      S.ltail -= tail_pages(b);
+      qm__q_tail_sub(tail_pages(b));
       b->rw = new_rw;
       /* a belt chunk opened past its resident pages: those come from the
        * reservation, a mapping apart from pages an earlier reuse moved in
@@ -1077,11 +1077,11 @@ void *qm__large_realloc(void *p, size_t size) {
       }
       if (b->dirty < new_rw)
         b->dirty = new_rw;
-      S.ltail += tail_pages(b); /* a shrink keeps its tail resident */
-      S.live_bytes = S.live_bytes - b->size + size;
+      qm__q_tail_add(tail_pages(b)); /* a shrink keeps its tail resident */
+      L.live_bytes = L.live_bytes - b->size + size;
       b->size = size;
       b->ashift = 0; /* realloc hands out malloc's kind of chunk */
-      S.in_place++;
+      L.in_place++;
       bool over = qm__q_over(); /* that tail counts against the budget */
       qm_unlock(&S.lock);
       if (over)
@@ -1089,7 +1089,7 @@ void *qm__large_realloc(void *p, size_t size) {
       return p;
     }
     if (need < old_rw) { /* could not protect the tail: still correct */
-      S.live_bytes = S.live_bytes - b->size + size;
+      L.live_bytes = L.live_bytes - b->size + size;
       b->size = size;
       b->ashift = 0; /* realloc hands out malloc's kind of chunk */
       qm_unlock(&S.lock);
@@ -1111,7 +1111,7 @@ void *qm__large_realloc(void *p, size_t size) {
     return NULL;
   memcpy(q, p, old_usable < size ? old_usable : size);
   qm_lock(&S.lock);
-  S.moved++;
+  L.moved++;
   qm_unlock(&S.lock);
   qm__large_free(p);
   return q;
@@ -1123,38 +1123,36 @@ void qm__large_stats(qm_stats_t *s) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
     return;
   qm_lock(&S.lock);
-  s->large_live_chunks = S.live;
-  s->large_live_bytes = S.live_bytes;
-  s->large_mapped_bytes = S.mapped_bytes;
-  s->quarantine_chunks = S.qcount;
-  s->quarantine_bytes = S.qpages << qm__page_shift;
-  s->quarantine_resident_bytes = S.qresident << qm__page_shift;
-  s->large_allocs = S.allocs;
-  s->large_frees = S.frees;
-  s->reuses = S.reuses;
-  s->fresh_maps = S.fresh;
-  s->unmaps = S.unmaps;
-  s->drops = S.drops;
-  s->faults_avoided = S.avoided;
-  s->realloc_in_place = S.in_place;
-  s->realloc_moved = S.moved;
-  s->mappings_estimate = S.maps;
+  s->large_live_chunks = L.live;
+  s->large_live_bytes = L.live_bytes;
+  size_t maps, peak, mapped;
+  qm__rec_counts(&maps, &peak, &mapped);
+  s->large_mapped_bytes = mapped;
+  s->large_allocs = L.allocs;
+  s->large_frees = qm__rec_frees();
+  s->reuses = L.reuses;
+  s->fresh_maps = L.fresh;
+  s->faults_avoided = L.avoided;
+  s->realloc_in_place = L.in_place;
+  s->realloc_moved = L.moved;
+  s->mappings_estimate = maps;
   s->mappings_budget = LF.map_budget;
   s->strategy = LF.strategy;
-  s->window_breaks = S.window_breaks;
-  s->belt_moves = S.belt_moves;
-  s->belt_fresh = S.belt_fresh;
+  qm__q_stats(s);
+  s->belt_moves = L.belt_moves;
+  s->belt_fresh = L.belt_fresh;
   s->belt_way = LF.belt_way;
-  s->belt_pooled = S.belt_pooled;
-  s->belt_gathers = S.belt_gathers;
-  s->belt_pieces = S.belt_pieces;
+  s->belt_pooled = L.belt_pooled;
+  s->belt_gathers = L.belt_gathers;
+  s->belt_pieces = L.belt_pieces;
   qm_unlock(&S.lock);
   qm__belt_stats(&s->belt_reserved_bytes, &s->belt_window_bytes, &s->belt_mappings);
 }
 
 size_t qm__large_mappings_peak(void) {
   qm_lock(&S.lock);
-  size_t n = S.maps_peak;
+  size_t maps, n, mapped;
+  qm__rec_counts(&maps, &n, &mapped);
   qm_unlock(&S.lock);
   return n;
 }
@@ -1178,7 +1176,7 @@ size_t qm__large_object_size(uintptr_t a) {
  * lock (taken inside it by ensure_ready), its own lock, then the belt's
  * (taken inside it). */
 void qm__large_fork_prepare(void) {
-  qm_lock(&S.init_lock);
+  qm_lock(&L.init_lock);
   qm__probe_fork_prepare();
   qm_lock(&S.lock);
   qm__belt_fork_prepare();
@@ -1187,7 +1185,7 @@ void qm__large_fork_parent(void) {
   qm__belt_fork_parent();
   qm_unlock(&S.lock);
   qm__probe_fork_parent();
-  qm_unlock(&S.init_lock);
+  qm_unlock(&L.init_lock);
 }
 /* A chunk another thread had BUSY at fork stays BUSY in the child: its
  * owner does not exist there, so the chunk is simply never touched again. */
@@ -1196,5 +1194,5 @@ void qm__large_fork_child(void) {
   qm__belt_fork_child();
   qm_lock_reinit(&S.lock);
   qm__probe_fork_child();
-  qm_lock_reinit(&S.init_lock);
+  qm_lock_reinit(&L.init_lock);
 }
