@@ -1,8 +1,9 @@
 /* large.h: what the files of the secondary share: the record of a large
- * chunk (block_t), the hash slot, and the one state they all work on (S,
- * under S.lock), with the page classes. Only secondary.c, large_record.c,
- * quarantine.c and large_report.c include it; the rest of qmalloc sees
- * secondary.h. Invariants are stated where each part is owned.
+ * chunk (block_t), the hash slot, the lock and the ready flag (S), the
+ * page classes. Each file keeps its own state private; its interface is
+ * its header (large_record.h, quarantine.h, belt.h). Only the files of the
+ * secondary include it; the rest of qmalloc sees secondary.h. Invariants
+ * are stated where each part is owned.
  */
 #ifndef QM_LARGE_H
 #define QM_LARGE_H
@@ -165,135 +166,5 @@ static inline size_t tail_pages(const block_t *b) {
 static inline uintptr_t user_of(const block_t *b) {
   return b->usable + (b->lead << qm__page_shift);
 }
-
-/* ---- large_record.c: records, the hash, the stack table, mapping counts ---- */
-
-/* A stack captured on the way in, before any lock (unwinding takes none of
- * qmalloc's, but may take the loader's). */
-typedef struct trace {
-  uintptr_t pc[QM_STACK_MAX];
-  unsigned n;
-  uint32_t tid;
-} trace_t;
-
-/* One record's stack entry: who allocated and freed its chunk, and when it
- * was freed; its frames follow (qm__stk_pcs). */
-typedef struct stk {
-  uint64_t free_seq, free_ms; /* large frees counted, and the clock, when freed */
-  uint32_t alloc_tid, free_tid;
-  uint8_t nalloc, nfree;
-} stk_t;
-
-bool qm__blk_reserve(void);
-uint32_t qm__rec_alloc(void);
-void qm__rec_free(uint32_t i);
-uint32_t qm__tab_find(uintptr_t k);
-bool qm__tab_reserve(void);
-void qm__tab_insert(uintptr_t k, uint32_t idx);
-/* Makes a record whose mapping is set known: by its user pointer (the hash)
- * and by address (the index qm__rec_find reads); its span counts as
- * address space held. */
-void qm__rec_publish(uint32_t i);
-/* The record whose mapping (guards included) holds a, or NIL. Lock-free
- * and allocation-free (the SIGSEGV handler's): records never move, links
- * are read racily, and a walk is bounded. */
-uint32_t qm__rec_find(uintptr_t a);
-/* Moves a chunk's entry to its new user pointer (a reuse with another lead). */
-void qm__tab_rekey(uintptr_t from, uintptr_t to, uint32_t idx);
-void qm__set_vmas(block_t *b, bool live);
-/* Its mappings and address space are no longer counted (it was buried, or
- * is about to be unmapped); qm__forget also takes its user pointer out of
- * the hash. */
-void qm__rec_unmapped(uint32_t i);
-void qm__forget(uint32_t i);
-/* The mappings the records' chunks are (qm__set_vmas's estimate), */
-size_t qm__rec_maps(void);
-/* and with the peak of it and the address space they hold. */
-void qm__rec_counts(size_t *maps, size_t *maps_peak, size_t *mapped_bytes);
-void qm__unmap_forgotten(uint32_t i);
-/* Keeps a dead record for reports; the oldest goes past DEAD_MAX. Returns
- * true once, when enough chunks died that the program churns large chunks
- * and the ring's storage was made ready in one go: the caller does the
- * same for the belt (qm__belt_prefill). */
-bool qm__dead_push(uint32_t i);
-/* Forgets the dead records whose range is in [lo, hi): the belt is about to
- * carve it again. */
-void qm__dead_evict(uintptr_t lo, uintptr_t hi);
-void qm__trace_capture(trace_t *t);
-void qm__note_alloc(uint32_t i, const trace_t *t);
-/* Counts a large free of chunk i on the clocks (frees, their bytes) and
- * records t as its freeing stack; returns the frees counted, this one
- * included. */
-uint64_t qm__note_free(uint32_t i, const trace_t *t);
-/* The clocks: large frees counted, and the bytes they freed. */
-uint64_t qm__rec_frees(void);
-uint64_t qm__rec_freed_bytes(void);
-stk_t *qm__stk_at(uint32_t i);
-uintptr_t *qm__stk_pcs(stk_t *e);
-
-/* ---- quarantine.c: the FIFO, the bins, aging, budgets and the choice ---- */
-
-/* Empties the FIFO and the bins (the secondary's set-up). */
-void qm__q_init(void);
-/* Resident pages a live chunk holds past its RW part (tail_pages) count
- * against the resident budget: added when it is handed out or resized,
- * taken off when it is freed or resized. */
-void qm__q_tail_add(size_t pages);
-void qm__q_tail_sub(size_t pages);
-/* A freed chunk was unmapped before its window passed (window_breaks). */
-void qm__q_window_broken(void);
-/* A chunk that left the quarantine's care was unmapped (the unmaps count). */
-void qm__q_unmapped(void);
-/* Its counts: chunks, bytes, resident bytes, unmaps, drops, window breaks. */
-struct qm_stats;
-void qm__q_stats(struct qm_stats *s);
-void qm__q_age(void);
-void qm__q_unlink(uint32_t i);
-/* The aged chunk that serves `need` pages, or NIL; *whole: its resident
- * pages cover the request (its reuse takes no fault). */
-uint32_t qm__q_fit(size_t need, size_t align, bool *whole);
-
-/* One piece of a gathered chunk: the last n of the resident pages pooled
- * chunk i held when it was chosen, from page `off` of its usable range (or
- * its place in the mirror). */
-typedef struct piece {
-  uint32_t i;
-  size_t off, n;
-  unsigned vmas; /* the mappings it is */
-} piece_t;
-#define MAX_PIECES 6      /* a gathered chunk's pieces: mremap calls */
-#define MAX_GATHER_VMAS 8 /* the mappings a gathered chunk's pages may be */
-/* Chooses pooled belt chunks whose resident pages fill `need` pages, at
- * most `max` pieces, under S.lock: each chosen chunk is BUSY, its resident
- * count lowered by what it gives, its place in the FIFO kept. Returns the
- * pieces, in the order they go in, and in *got the pages they hold: fewer
- * than need if the pool held fewer, more (at most cap) where a chunk with
- * a few pages to spare was taken whole; in *all, whether they are all the
- * quarantine can give and it held fewer than need pages in all: the
- * request may then take them and open the rest afresh. */
-unsigned qm__q_gather(size_t need, size_t cap, bool huge, piece_t *p, unsigned max, size_t *got,
-                      bool *all);
-/* After the pieces moved (under S.lock): a chunk that gave all its pages
- * leaves the quarantine, BUSY (the caller buries it); one that has pages
- * left goes back to the bins. Returns whether the chunk left. */
-bool qm__q_settle(uint32_t i);
-/* The pieces given back unmoved (under S.lock). */
-void qm__q_ungather(const piece_t *p, unsigned n);
-bool qm__q_enter(uint32_t i, bool dropped);
-bool qm__q_over(void);
-void qm__q_enforce_all(size_t extra_maps);
-bool qm__q_unmap_all(bool unaged_too);
-/* Address space the quarantine holds (mappings, guards included). */
-size_t qm__q_mapped_bytes(void);
-/* Buries a BUSY belt chunk that left the user (quarantine.c). */
-bool qm__q_bury_locked(uint32_t i, bool clean);
-void qm__q_bury(uint32_t i);
-/* The same for a chunk whose range is never given back to the belt (a
- * failed move may have left a hole in the mirror where its pages were to
- * go): its segments are never carved again. */
-void qm__q_entomb_locked(uint32_t i);
-/* Warns, once per process, if a window chunk was ever given up. Without
- * S.lock. */
-void qm__q_breach_warn(void);
 
 #endif

@@ -1,15 +1,86 @@
-/* large_record.h: the large chunks' metadata mappings, for the tests
- * that check no chunk overlaps them (large_record.c).
+/* large_record.h: the records of large chunks (large_record.c), asked by
+ * the secondary, the quarantine and the reports: a record by index, by
+ * user pointer (the hash) or by address (the index), the stacks kept with
+ * it, the dead records kept for reports, the mappings counted, the clock
+ * of large frees. Calls into it run under S.lock, but qm__rec_find's and
+ * the stack table's readers in the SIGSEGV handler.
  */
 #ifndef QM_LARGE_RECORD_H
 #define QM_LARGE_RECORD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "large.h"
+
+/* A stack captured on the way in, before any lock (unwinding takes none of
+ * qmalloc's, but may take the loader's). */
+typedef struct trace {
+  uintptr_t pc[QM_STACK_MAX];
+  unsigned n;
+  uint32_t tid;
+} trace_t;
+
+/* One record's stack entry: who allocated and freed its chunk, and when it
+ * was freed; its frames follow (qm__stk_pcs). */
+typedef struct stk {
+  uint64_t free_seq, free_ms; /* large frees counted, and the clock, when freed */
+  uint32_t alloc_tid, free_tid;
+  uint8_t nalloc, nfree;
+} stk_t;
+
+bool qm__blk_reserve(void);
+uint32_t qm__rec_alloc(void);
+void qm__rec_free(uint32_t i);
+uint32_t qm__tab_find(uintptr_t k);
+bool qm__tab_reserve(void);
+void qm__tab_insert(uintptr_t k, uint32_t idx);
+/* Makes a record whose mapping is set known: by its user pointer (the hash)
+ * and by address (the index qm__rec_find reads); its span counts as
+ * address space held. */
+void qm__rec_publish(uint32_t i);
+/* The record whose mapping (guards included) holds a, or NIL. Lock-free
+ * and allocation-free (the SIGSEGV handler's): records never move, links
+ * are read racily, and a walk is bounded. */
+uint32_t qm__rec_find(uintptr_t a);
+/* Moves a chunk's entry to its new user pointer (a reuse with another lead). */
+void qm__tab_rekey(uintptr_t from, uintptr_t to, uint32_t idx);
+void qm__set_vmas(block_t *b, bool live);
+/* Its mappings and address space are no longer counted (it was buried, or
+ * is about to be unmapped); qm__forget also takes its user pointer out of
+ * the hash. */
+void qm__rec_unmapped(uint32_t i);
+void qm__forget(uint32_t i);
+/* The mappings the records' chunks are (qm__set_vmas's estimate), */
+size_t qm__rec_maps(void);
+/* and with the peak of it and the address space they hold. */
+void qm__rec_counts(size_t *maps, size_t *maps_peak, size_t *mapped_bytes);
+void qm__unmap_forgotten(uint32_t i);
+/* Keeps a dead record for reports; the oldest goes past DEAD_MAX. Returns
+ * true once, when enough chunks died that the program churns large chunks
+ * and the ring's storage was made ready in one go: the caller does the
+ * same for the belt (qm__belt_prefill). */
+bool qm__dead_push(uint32_t i);
+/* Forgets the dead records whose range is in [lo, hi): the belt is about to
+ * carve it again. */
+void qm__dead_evict(uintptr_t lo, uintptr_t hi);
+void qm__trace_capture(trace_t *t);
+void qm__note_alloc(uint32_t i, const trace_t *t);
+/* Counts a large free of chunk i on the clocks (frees, their bytes) and
+ * records t as its freeing stack; returns the frees counted, this one
+ * included. */
+uint64_t qm__note_free(uint32_t i, const trace_t *t);
+/* The clocks: large frees counted, and the bytes they freed. */
+uint64_t qm__rec_frees(void);
+uint64_t qm__rec_freed_bytes(void);
+stk_t *qm__stk_at(uint32_t i);
+uintptr_t *qm__stk_pcs(stk_t *e);
+
 #ifdef QM_TEST_HOOKS
 /* Test hook: the record table's, the hash table's and the stack table's
- * mappings, as [lo, hi) pairs. */
+ * mappings, as [lo, hi) pairs, for the tests that check no chunk overlaps
+ * them. */
 size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap);
 #endif
 

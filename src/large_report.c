@@ -8,7 +8,7 @@
 #include "large_report.h"
 
 #include "belt.h"
-#include "large.h"
+#include "large_record.h"
 #include "report.h"
 
 bool qm__large_describe(uintptr_t a, qm_place_t *pl) {

@@ -1,27 +1,21 @@
 /* quarantine.c: freed large chunks between their free and their reuse or
- * unmapping: the FIFO (oldest first, Q.age its first chunk not aged), the
- * hot and cold bins of aged chunks, the limits (chunk cap, mapping budget,
- * resident budget) and what goes when one is passed, and the reuse choice.
- * Under S.lock, but for the victims' syscalls, made without it. The window:
- * a freed chunk stays mapped and out of every bin until quarantine_min_frees
- * large frees and quarantine_min_mb MiB of them came after it (only the
- * mapping budget unmaps it earlier); a chunk in a bin is always QUAR and
- * aged.
+ * unmapping, as lists through their records: the FIFO (oldest first, Q.age
+ * its first chunk not aged), the hot and cold bins of aged chunks, the
+ * limits (chunk cap, mapping budget, resident budget) and the chunks that
+ * go when one is passed, the reuse choice and the gathering of pooled
+ * pages. Its state is Q, private to this file, under S.lock; it makes no
+ * syscall and changes no chunk's state (the secondary does, and works on
+ * the chunks chosen here). The window: a freed chunk stays mapped and out
+ * of every bin until quarantine_min_frees large frees and
+ * quarantine_min_mb MiB of them came after it (only the mapping budget
+ * unmaps it earlier); a chunk in a bin is always QUAR and aged.
  */
 #include "quarantine.h"
 
-#include <string.h>
-#include <unistd.h>
-
-#include "belt.h"
-#include "init.h"
-#include "large.h"
+#include "large_record.h"
 #include "options.h"
-#include "os.h"
 #include "report.h"
 #include "strategy.h"
-
-#define VICTIMS 32
 
 /* The quarantine's state, all of it under S.lock. */
 static struct {
@@ -36,7 +30,6 @@ static struct {
   /* quarantined chunks unmapped before their window passed: only out of
    * address space, memory or mappings, only in the default profile */
   uint64_t window_breaks;
-  uint64_t unmaps, drops, buried; /* chunks unmapped, whose pages were dropped, buried */
 } Q;
 
 void qm__q_init(void) {
@@ -51,14 +44,10 @@ void qm__q_tail_sub(size_t pages) { Q.ltail -= pages; }
 
 void qm__q_window_broken(void) { Q.window_breaks++; }
 
-void qm__q_unmapped(void) { Q.unmaps++; }
-
 void qm__q_stats(qm_stats_t *s) {
   s->quarantine_chunks = Q.qcount;
   s->quarantine_bytes = Q.qpages << qm__page_shift;
   s->quarantine_resident_bytes = Q.qresident << qm__page_shift;
-  s->unmaps = Q.unmaps;
-  s->drops = Q.drops;
   s->window_breaks = Q.window_breaks;
 }
 
@@ -414,10 +403,9 @@ static bool gather_kind(size_t cap, piece_t *p, unsigned *n, unsigned max, size_
       return true;
     block_t *b = B(i);
     *vleft -= b->extra_vmas + 1u;
-    /* out of the bins, BUSY, its place in the FIFO kept; what it gives is
-     * no longer the quarantine's */
+    /* out of the bins (the secondary marks it BUSY), its place in the
+     * FIFO kept; what it gives is no longer the quarantine's */
     bin_remove(i);
-    b->state = B_BUSY;
     b->dirty -= take;
     Q.qresident -= take;
     p[(*n)++] = (piece_t){.i = i, .off = b->dirty, .n = take, .vmas = b->extra_vmas + 1u};
@@ -449,10 +437,10 @@ unsigned qm__q_gather(size_t need, size_t cap, bool huge, piece_t *p, unsigned m
   *got = total;
   return n;
 }
+
 bool qm__q_settle(uint32_t i) {
   block_t *b = B(i);
   if (b->dirty) {
-    b->state = B_QUAR;
     bin_insert(i);
     return false;
   }
@@ -465,24 +453,20 @@ void qm__q_ungather(const piece_t *p, unsigned n) {
     block_t *b = B(p[k].i);
     b->dirty += p[k].n;
     Q.qresident += p[k].n;
-    b->state = B_QUAR;
     bin_insert(p[k].i);
   }
 }
 
 /* ---- victims: chunks leaving the quarantine (unmapped) or losing their
- * pages (dropped), chosen under the lock, worked on outside it ---- */
-
-typedef struct victims {
-  uint32_t unmap[VICTIMS], drop[VICTIMS];
-  unsigned nunmap, ndrop;
-} victims_t;
+ * pages (dropped), chosen here under the lock; the secondary marks them
+ * BUSY under the same hold and works on them without it ---- */
 
 /* Takes the oldest quarantined chunk to be unmapped: an aged one, or with
  * `unaged_too` any, counted in window_breaks if it was in the window (only
  * the default profile asks that, past the mapping budget or when a mapping
  * failed: see fresh() in secondary.c). Aged chunks are the FIFO's prefix up
- * to Q.age. */
+ * to Q.age. A chunk not about to be buried is forgotten at once: its
+ * mappings no longer count against the budget the next choice reads. */
 static bool take_unmap_victim(victims_t *v, bool unaged_too) {
   bool window = false;
   for (uint32_t i = Q.qhead; i != NIL; i = B(i)->qnext) {
@@ -494,7 +478,6 @@ static bool take_unmap_victim(victims_t *v, bool unaged_too) {
     if (B(i)->state != B_QUAR)
       continue;
     qm__q_unlink(i);
-    B(i)->state = B_BUSY;
     bool belt = B(i)->flags & F_BELT; /* buried: its range stays the belt's */
     if (!belt)
       qm__forget(i);
@@ -562,24 +545,41 @@ static uint32_t surplus_victim(void) {
   return best == NBINS ? NIL : Q.hot[best];
 }
 
+static bool chosen_to_drop(const victims_t *v, uint32_t i) {
+  for (unsigned k = 0; k < v->ndrop; k++)
+    if (v->drop[k] == i)
+      return true;
+  return false;
+}
+
 /* The youngest quarantined chunk with pages resident: the last to be reused,
- * so the one whose pages are dropped when only the window is left. */
-static uint32_t youngest_resident(void) {
+ * so the one whose pages are dropped when only the window is left. Not one
+ * chosen already (it is still QUAR until the secondary marks it). */
+static uint32_t youngest_resident(const victims_t *v) {
   for (uint32_t i = Q.qtail; i != NIL; i = B(i)->qprev)
-    if (B(i)->state == B_QUAR && B(i)->dirty)
+    if (B(i)->state == B_QUAR && B(i)->dirty && !chosen_to_drop(v, i))
       return i;
   return NIL;
 }
 
-/* Chooses what must go so that the quarantine respects its chunk cap, the
- * mapping budget (with `extra_maps` about to be added) and its resident
- * budget. The cap counts aged chunks only: the window wins over it. Past the
+/* A chunk to lose its pages: out of the bins and its pages no longer
+ * counted (a belt chunk, buried, leaves the quarantine). */
+static void take_drop_victim(victims_t *v, uint32_t i) {
+  if (B(i)->flags & F_BELT) { /* buried: it leaves the quarantine */
+    qm__q_unlink(i);
+  } else {
+    bin_remove(i);              /* binned again, cold, once its pages are gone */
+    Q.qresident -= B(i)->dirty; /* counted as gone now; the drop follows */
+  }
+  v->drop[v->ndrop++] = i;
+}
+
+/* The cap counts aged chunks only: the window wins over it. Past the
  * resident budget the aged chunks of the least asked-for sizes lose their
  * pages first (the oldest, as before, were the ones next in line for
  * reuse), and only then the youngest chunks in the window. A chunk without
- * pages stays mapped, cold: reusing it saves an mmap. Returns true when v is
- * full and the caller should call again. */
-static bool q_enforce(victims_t *v, size_t extra_maps) {
+ * pages stays mapped, cold: reusing it saves an mmap. */
+bool qm__q_choose(victims_t *v, size_t extra_maps) {
   qm__q_age();
   while (v->nunmap < VICTIMS && Q.qcount > qm__opt.quarantine_max_chunks)
     if (!take_unmap_victim(v, false))
@@ -594,188 +594,48 @@ static bool q_enforce(victims_t *v, size_t extra_maps) {
   while (resident_pages() > budget && Q.qresident && v->nunmap < VICTIMS && v->ndrop < VICTIMS) {
     uint32_t i = surplus_victim();
     if (i == NIL)
-      i = youngest_resident();
+      i = youngest_resident(v);
     if (i == NIL)
       break;
-    if (B(i)->flags & F_BELT) { /* buried: it leaves the quarantine */
-      qm__q_unlink(i);
-    } else {
-      bin_remove(i);              /* binned again, cold, once its pages are gone */
-      Q.qresident -= B(i)->dirty; /* counted as gone now; the drop follows */
-    }
-    B(i)->state = B_BUSY;
-    v->drop[v->ndrop++] = i;
+    take_drop_victim(v, i);
   }
   return v->nunmap == VICTIMS || v->ndrop == VICTIMS;
 }
 
-static void process_victims(victims_t *v) {
-  /* belt chunks are buried (dead from now on, their records kept for
-   * reports): read before, since a buried record may be reused at once */
-  bool ub[VICTIMS], db[VICTIMS];
-  for (unsigned k = 0; k < v->nunmap; k++)
-    ub[k] = B(v->unmap[k])->flags & F_BELT;
-  for (unsigned k = 0; k < v->ndrop; k++)
-    db[k] = B(v->drop[k])->flags & F_BELT;
-  for (unsigned k = 0; k < v->nunmap; k++)
-    if (ub[k])
-      qm__q_bury(v->unmap[k]);
-    else
-      qm__unmap_forgotten(v->unmap[k]);
-  for (unsigned k = 0; k < v->ndrop; k++) {
-    block_t *b = B(v->drop[k]);
-    if (db[k])
-      qm__q_bury(v->drop[k]);
-    else
-      qm__range_drop(LF.strategy, (void *)b->usable, b->dirty << qm__page_shift);
-  }
-  if (!v->nunmap && !v->ndrop)
-    return;
-  qm_lock(&S.lock);
-  for (unsigned k = 0; k < v->nunmap; k++)
-    if (!ub[k])
-      qm__rec_free(v->unmap[k]);
-  for (unsigned k = 0; k < v->ndrop; k++) {
-    if (db[k])
+void qm__q_choose_all(victims_t *v, bool unaged_too) {
+  qm__q_age();
+  while (v->nunmap < VICTIMS && take_unmap_victim(v, unaged_too))
+    ;
+}
+
+size_t qm__q_choose_resident(victims_t *v) {
+  size_t bytes = 0;
+  for (uint32_t i = Q.qhead; i != NIL && v->ndrop < VICTIMS; i = B(i)->qnext) {
+    block_t *b = B(i);
+    if (b->state != B_QUAR || !b->dirty)
       continue;
-    block_t *b = B(v->drop[k]);
-    b->dirty = 0;
-    b->state = B_QUAR;
-    if (!(b->flags & F_NOREUSE) && aged(b)) /* q_age may have passed it */
-      bin_insert(v->drop[k]);
+    bytes += b->dirty << qm__page_shift;
+    take_drop_victim(v, i);
   }
-  Q.unmaps += v->nunmap;
-  Q.drops += v->ndrop;
-  qm_unlock(&S.lock);
-  v->nunmap = v->ndrop = 0;
+  return bytes;
 }
 
-/* Enforces every quarantine limit, however many rounds it takes. */
-void qm__q_enforce_all(size_t extra_maps) {
-  victims_t v = {.nunmap = 0};
-  bool more;
-  do {
-    qm_lock(&S.lock);
-    more = q_enforce(&v, extra_maps);
-    qm_unlock(&S.lock);
-    process_victims(&v);
-  } while (more);
-  qm__q_breach_warn();
+void qm__q_dropped(uint32_t i) {
+  if (!(B(i)->flags & F_NOREUSE) && aged(B(i))) /* q_age may have passed it */
+    bin_insert(i);
 }
 
-/* Unmaps every quarantined chunk, or only the aged ones; returns whether
- * there was any. */
-bool qm__q_unmap_all(bool unaged_too) {
-  bool any = false;
-  for (;;) {
-    victims_t v = {.nunmap = 0};
-    qm_lock(&S.lock);
-    qm__q_age();
-    while (v.nunmap < VICTIMS && take_unmap_victim(&v, unaged_too))
-      ;
-    qm_unlock(&S.lock);
-    if (!v.nunmap) {
-      qm__q_breach_warn();
-      return any;
-    }
-    any = true;
-    process_victims(&v);
-  }
-}
-
-/* Puts a BUSY chunk, its range retired, into the quarantine (under S.lock);
- * returns whether the caller must qm__q_enforce_all() the limits. */
+/* Puts a chunk, its range retired and now QUAR, into the quarantine
+ * (under S.lock); returns whether the quarantine is past a limit. */
 bool qm__q_enter(uint32_t i, bool dropped) {
   block_t *b = B(i);
   if (dropped)
     b->dirty = 0;
   if (LF.strategy != QM_STRATEGY_NONE)
     b->rw = 0;
-  b->state = B_QUAR;
   b->seq = qm__rec_frees();
   b->mark = qm__rec_freed_bytes();
   qm__set_vmas(b, LF.strategy == QM_STRATEGY_NONE);
   q_append(i);
   return qm__q_over();
-}
-
-/* ---- burial: a belt chunk's end ---- */
-
-/* A BUSY belt chunk that left the user is dead (under S.lock): no page of
- * it is kept, its range goes back to the belt (clean: mapped afresh
- * already), its record to the ring of dead records. Returns whether the
- * caller must qm__belt_tidy(). */
-static void entomb(uint32_t i) {
-  block_t *b = B(i);
-  qm__rec_unmapped(i);
-  b->rw = b->dirty = 0;
-  b->pool = 0;
-  b->state = B_DEAD;
-  Q.buried++;
-}
-
-bool qm__q_bury_locked(uint32_t i, bool clean) {
-  block_t *b = B(i);
-  entomb(i);
-  bool work = qm__belt_release(b->base, b->span, b->odo, b->seq, clean);
-  if (qm__dead_push(i))
-    qm__belt_prefill();
-  return work;
-}
-
-void qm__q_entomb_locked(uint32_t i) {
-  entomb(i);
-  if (qm__dead_push(i))
-    qm__belt_prefill();
-}
-
-/* The same, its pages dropped first: its range mapped afresh, or for a
- * pooled chunk (its range mapped afresh at free) its place in the mirror. */
-void qm__q_bury(uint32_t i) {
-  block_t *b = B(i);
-  bool clean = b->pool & P_POOLED
-                   ? qm__belt_clean_shadow(b->base, b->span) == 0 && (b->pool & P_CLEAN)
-                   : qm__belt_clean(b->base, b->span) == 0;
-  qm_lock(&S.lock);
-  bool work = qm__q_bury_locked(i, clean);
-  qm_unlock(&S.lock);
-  if (work)
-    qm__belt_tidy();
-}
-
-/* ---- trim, flush, stats, fork ---- */
-
-#ifdef QM_TEST_HOOKS
-void qm__large_flush(void) {
-  if (atomic_load_explicit(&S.ready, memory_order_acquire))
-    qm__q_unmap_all(true);
-}
-#endif
-
-size_t qm__large_trim(void) {
-  if (!atomic_load_explicit(&S.ready, memory_order_acquire))
-    return 0;
-  size_t total = 0;
-  for (;;) {
-    victims_t v = {.nunmap = 0};
-    qm_lock(&S.lock);
-    for (uint32_t i = Q.qhead; i != NIL && v.ndrop < VICTIMS; i = B(i)->qnext) {
-      block_t *b = B(i);
-      if (b->state != B_QUAR || !b->dirty)
-        continue;
-      total += b->dirty << qm__page_shift;
-      if (b->flags & F_BELT) { /* buried: it leaves the quarantine */
-        qm__q_unlink(i);
-      } else {
-        bin_remove(i); /* binned again, cold, once its pages are gone */
-        Q.qresident -= b->dirty;
-      }
-      b->state = B_BUSY;
-      v.drop[v.ndrop++] = i;
-    }
-    qm_unlock(&S.lock);
-    if (!v.ndrop)
-      return total;
-    process_victims(&v);
-  }
 }

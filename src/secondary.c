@@ -1,13 +1,18 @@
-/* secondary.c: large chunks: their allocation, free and realloc, and
- * set-up, stats and fork; the records live in large_record.c, freed chunks
- * in quarantine.c, reports in large_report.c. Invariants: a chunk's record
- * (base, span, usable, rw pages, state) is changed only under S.lock or by
- * the one thread that marked it BUSY; no syscall is made under S.lock
- * except growing the record table; a LIVE chunk is RW exactly on [usable,
- * usable + rw pages) and inaccessible elsewhere in its mapping; a QUAR chunk
- * is inaccessible throughout (strategy none aside). The lock is a leaf:
- * nothing else is locked while it is held. Calls go down only: to the
- * quarantine, the records, the probe and the OS layer.
+/* secondary.c: large chunks: their allocation, free and realloc, their
+ * burial and the work on chunks the quarantine lets go, set-up, stats and
+ * fork. It orchestrates the parts that own the rest: the records
+ * (large_record.c), the quarantine (quarantine.c), the belt's address
+ * space (belt.c); reports read the records (large_report.c). Its own
+ * state is L (counts, and what it learnt of the kernel). Invariants: only
+ * this file changes a chunk's state (LIVE, QUAR, BUSY, DEAD); a chunk's
+ * record (base, span, usable, rw pages, state) is changed only under
+ * S.lock or by the one thread that marked it BUSY; no syscall is made
+ * under S.lock except growing the record table; a LIVE chunk is RW exactly
+ * on [usable, usable + rw pages) and inaccessible elsewhere in its
+ * mapping; a QUAR chunk is inaccessible throughout (strategy none aside).
+ * Under S.lock only the belt's lock is taken (a leaf). Calls go down
+ * only: to the quarantine, the records, the belt, the probe and the OS
+ * layer.
  */
 #include "secondary.h"
 
@@ -17,10 +22,11 @@
 
 #include "belt.h"
 #include "guarded.h"
-#include "large.h"
+#include "large_record.h"
 #include "options.h"
 #include "os.h"
 #include "probe.h"
+#include "quarantine.h"
 #include "report.h"
 #include "strategy.h"
 
@@ -30,6 +36,7 @@ static struct {
   qm_lock_t init_lock;
   size_t live, live_bytes;
   uint64_t allocs, reuses, fresh, avoided, in_place, moved;
+  uint64_t unmaps, drops, buried;     /* chunks unmapped, that lost their pages, buried */
   uint64_t belt_fresh, belt_moves;    /* belt chunks carved, reuses by move */
   uint64_t belt_pooled;               /* frees whose pages moved to the mirror */
   uint64_t belt_gathers, belt_pieces; /* reuses assembled from pieces, and those */
@@ -145,6 +152,153 @@ static void uncarve(uint32_t i, const qm_range_t *r) {
     qm__belt_tidy();
 }
 
+/* ---- burial: a belt chunk's end ---- */
+
+/* A BUSY belt chunk that left the user is dead (under S.lock): no page of
+ * it is kept, its range goes back to the belt (clean: mapped afresh
+ * already), its record to the ring of dead records. */
+static void entomb(uint32_t i) {
+  block_t *b = B(i);
+  qm__rec_unmapped(i);
+  b->rw = b->dirty = 0;
+  b->pool = 0;
+  b->state = B_DEAD;
+  L.buried++;
+}
+
+/* The record joins the ring of dead records; the first time the ring's
+ * storage is made ready in one go, so is the belt's segment table. */
+static void keep_dead(uint32_t i) {
+  if (qm__dead_push(i))
+    qm__belt_prefill();
+}
+
+/* Returns whether the caller must qm__belt_tidy(). */
+static bool bury_locked(uint32_t i, bool clean) {
+  block_t *b = B(i);
+  entomb(i);
+  bool work = qm__belt_release(b->base, b->span, b->odo, b->seq, clean);
+  keep_dead(i);
+  return work;
+}
+
+/* The same for a chunk whose range is never given back to the belt (a
+ * failed move may have left a hole in the mirror where its pages were to
+ * go): its segments are never carved again. */
+static void entomb_locked(uint32_t i) {
+  entomb(i);
+  keep_dead(i);
+}
+
+/* The same, its pages dropped first: its range mapped afresh, or for a
+ * pooled chunk (its range mapped afresh at free) its place in the mirror. */
+static void bury(uint32_t i) {
+  block_t *b = B(i);
+  bool clean = b->pool & P_POOLED
+                   ? qm__belt_clean_shadow(b->base, b->span) == 0 && (b->pool & P_CLEAN)
+                   : qm__belt_clean(b->base, b->span) == 0;
+  qm_lock(&S.lock);
+  bool work = bury_locked(i, clean);
+  qm_unlock(&S.lock);
+  if (work)
+    qm__belt_tidy();
+}
+
+/* ---- the quarantine's victims: chosen by it under S.lock, marked BUSY
+ * here under the same hold, worked on without the lock ---- */
+
+static void take_victims_locked(const victims_t *v) {
+  for (unsigned k = 0; k < v->nunmap; k++)
+    B(v->unmap[k])->state = B_BUSY;
+  for (unsigned k = 0; k < v->ndrop; k++)
+    B(v->drop[k])->state = B_BUSY;
+}
+
+/* Unmaps the unmap victims and drops the drop victims' pages (belt chunks
+ * of either are buried), then, under S.lock, frees the unmapped chunks'
+ * records and gives the quarantine back the chunks that only lost their
+ * pages. Empties v. */
+static void process_victims(victims_t *v) {
+  /* belt chunks are buried (dead from now on, their records kept for
+   * reports): read before, since a buried record may be reused at once */
+  bool ub[VICTIMS], db[VICTIMS];
+  for (unsigned k = 0; k < v->nunmap; k++)
+    ub[k] = B(v->unmap[k])->flags & F_BELT;
+  for (unsigned k = 0; k < v->ndrop; k++)
+    db[k] = B(v->drop[k])->flags & F_BELT;
+  for (unsigned k = 0; k < v->nunmap; k++)
+    if (ub[k])
+      bury(v->unmap[k]);
+    else
+      qm__unmap_forgotten(v->unmap[k]);
+  for (unsigned k = 0; k < v->ndrop; k++) {
+    block_t *b = B(v->drop[k]);
+    if (db[k])
+      bury(v->drop[k]);
+    else
+      qm__range_drop(LF.strategy, (void *)b->usable, b->dirty << qm__page_shift);
+  }
+  if (!v->nunmap && !v->ndrop)
+    return;
+  qm_lock(&S.lock);
+  for (unsigned k = 0; k < v->nunmap; k++)
+    if (!ub[k])
+      qm__rec_free(v->unmap[k]);
+  for (unsigned k = 0; k < v->ndrop; k++) {
+    if (db[k])
+      continue;
+    block_t *b = B(v->drop[k]);
+    b->dirty = 0;
+    b->state = B_QUAR;
+    qm__q_dropped(v->drop[k]);
+  }
+  L.unmaps += v->nunmap;
+  L.drops += v->ndrop;
+  qm_unlock(&S.lock);
+  v->nunmap = v->ndrop = 0;
+}
+
+/* Enforces every quarantine limit, however many rounds it takes. */
+static void enforce_all(size_t extra_maps) {
+  victims_t v = {.nunmap = 0};
+  bool more;
+  do {
+    qm_lock(&S.lock);
+    more = qm__q_choose(&v, extra_maps);
+    take_victims_locked(&v);
+    qm_unlock(&S.lock);
+    process_victims(&v);
+  } while (more);
+  qm__q_breach_warn();
+}
+
+/* Unmaps every quarantined chunk, or only the aged ones; returns whether
+ * there was any. */
+static bool unmap_all(bool unaged_too) {
+  bool any = false;
+  for (;;) {
+    victims_t v = {.nunmap = 0};
+    qm_lock(&S.lock);
+    qm__q_choose_all(&v, unaged_too);
+    take_victims_locked(&v);
+    qm_unlock(&S.lock);
+    if (!v.nunmap) {
+      qm__q_breach_warn();
+      return any;
+    }
+    any = true;
+    process_victims(&v);
+  }
+}
+
+/* A BUSY chunk that left the user, its range retired, goes into the
+ * quarantine (under S.lock); returns whether the caller must
+ * enforce_all(). */
+static bool enter_locked(uint32_t i, bool dropped) {
+  B(i)->state = B_QUAR;
+  return qm__q_enter(i, dropped);
+}
+
 /* ---- initialisation ---- */
 
 static void ensure_ready(void) {
@@ -250,7 +404,7 @@ static void *hand_out_unlock(uint32_t i, size_t size, unsigned ashift, size_t ne
   if (tidy)
     qm__belt_tidy();
   if (over)
-    qm__q_enforce_all(0);
+    enforce_all(0);
   if (zero && nonzero)
     memset((void *)u, 0, nonzero);
   return (void *)u;
@@ -341,7 +495,7 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
     qm_unlock(&S.lock);
   }
   if (j == NIL) {
-    qm__q_bury(i);
+    bury(i);
     return NULL;
   }
   int err = moved ? qm_os_move((void *)from, moved << qm__page_shift, (void *)r.usable, true) : 0;
@@ -354,7 +508,7 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
       L.no_dontunmap = true; /* before Linux 5.7: no belt from now on */
     qm__rec_free(j);
     qm_unlock(&S.lock);
-    qm__q_bury(i);
+    bury(i);
     return NULL;
   }
   /* moved RW, the pages need no opening: only those past them the request
@@ -371,7 +525,7 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
                          (open - moved) << qm__page_shift, QM_PROT_NONE, QM_PROT_RW);
   if (perr) {
     uncarve(j, &r); /* the moved pages go with it */
-    qm__q_bury(i);
+    bury(i);
     return NULL;
   }
   qm_lock(&S.lock);
@@ -397,7 +551,7 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
   L.belt_moves++;
   /* its range and, pooled, its place in the mirror (emptied) are mapped
    * afresh with the other dead ranges, in a batch */
-  bool work = qm__q_bury_locked(i, false);
+  bool work = bury_locked(i, false);
   return hand_out_unlock(j, size, ashift, open, open - pages, zero, true, t, work);
 }
 
@@ -409,8 +563,17 @@ static bool settle_pieces(const piece_t *pc, unsigned n) {
   bool work = false;
   for (unsigned k = 0; k < n; k++)
     if (qm__q_settle(pc[k].i))
-      work |= qm__q_bury_locked(pc[k].i, false);
+      work |= bury_locked(pc[k].i, false);
+    else
+      B(pc[k].i)->state = B_QUAR;
   return work;
+}
+
+/* Gives pieces back to the pool unmoved (under S.lock). */
+static void ungather_locked(const piece_t *pc, unsigned n) {
+  for (unsigned k = 0; k < n; k++)
+    B(pc[k].i)->state = B_QUAR;
+  qm__q_ungather(pc, n);
 }
 
 /* Serves a request that no pooled chunk covers alone (q_fit found no chunk
@@ -464,9 +627,12 @@ static bool gather_plan_locked(gather_t *g, size_t need, size_t align) {
     QM_CHECK_OP(got, <=, g->cap); /* the pieces fit the range carved */
     g->j = g->n && (got >= g->need || (all && !round)) ? carve_locked(g->cap, a, &g->r) : NIL;
     if (g->n && g->j == NIL)
-      qm__q_ungather(g->pc, g->n);
-    if (g->j != NIL)
+      qm__q_ungather(g->pc, g->n); /* still QUAR: not marked yet */
+    if (g->j != NIL) {
+      for (unsigned k = 0; k < g->n; k++)
+        B(g->pc[k].i)->state = B_BUSY;
       return true;
+    }
     /* a smaller request that small pages cannot fill takes whole huge
      * pages, opened as a THP chunk's extent is (extent(): its lead is its
      * own slack), as q_fit lets it take a pooled huge chunk whole: where
@@ -514,7 +680,7 @@ static void *gather_reuse(gather_t *g, size_t size, unsigned ashift, size_t page
     if (err == EINVAL)
       L.no_dontunmap = true;
     qm__rec_free(j);
-    qm__q_ungather(pc + k - 1, n - (k - 1));
+    ungather_locked(pc + k - 1, n - (k - 1));
     bool work = settle_pieces(pc, k - 1);
     qm_unlock(&S.lock);
     if (work)
@@ -581,12 +747,12 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
   bool huge;
   size_t cap = shape(need, noreuse, &align, &huge);
   if (use_belt(cap, noreuse)) {
-    qm__q_enforce_all(0);
+    enforce_all(0);
     void *p = fresh_belt(size, ashift, need, lead, align, zero, cap, huge, t);
     if (p)
       return p;
   }
-  qm__q_enforce_all(3);
+  enforce_all(3);
   qm_range_t r;
   int err = qm__range_map(LF.strategy, cap << qm__page_shift, align, need << qm__page_shift,
                           thp_advice(cap), &r);
@@ -603,7 +769,7 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
                                         need << qm__page_shift, qm__q_mapped_bytes()))
     rounds = 0;
   for (int round = 0; err == ENOMEM && round < rounds; round++)
-    if (qm__q_unmap_all(round == 1))
+    if (unmap_all(round == 1))
       err = qm__range_map(LF.strategy, cap << qm__page_shift, align, need << qm__page_shift,
                           thp_advice(cap), &r);
   if (err)
@@ -624,9 +790,9 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
  * it: never leave a chunk half-protected. */
 static void discard_block(uint32_t i) {
   if (B(i)->flags & F_BELT) { /* its range stays the belt's, dead */
-    qm__q_bury(i);
+    bury(i);
     qm_lock(&S.lock);
-    qm__q_unmapped(); /* counted as the unmap it replaces */
+    L.unmaps++; /* counted as the unmap it replaces */
     qm_unlock(&S.lock);
     return;
   }
@@ -636,7 +802,7 @@ static void discard_block(uint32_t i) {
   qm__unmap_forgotten(i);
   qm_lock(&S.lock);
   qm__rec_free(i);
-  qm__q_unmapped();
+  L.unmaps++;
   qm_unlock(&S.lock);
 }
 
@@ -678,7 +844,7 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
         uintptr_t u = user_of(B(i));
         qm_unlock(&S.lock);
         if (over)
-          qm__q_enforce_all(0);
+          enforce_all(0);
         if (zero && nonzero)
           memset((void *)u, 0, nonzero);
         return (void *)u;
@@ -809,7 +975,7 @@ static bool pool_block(uint32_t i) {
      * move_reuse); its pages are dropped */
     close_range(b, len);
     qm_lock(&S.lock);
-    qm__q_entomb_locked(i);
+    entomb_locked(i);
     qm_unlock(&S.lock);
     return true;
   }
@@ -818,10 +984,10 @@ static bool pool_block(uint32_t i) {
   b->pool = pool;
   b->dirty = pages;
   L.belt_pooled++;
-  bool over = qm__q_enter(i, false);
+  bool over = enter_locked(i, false);
   qm_unlock(&S.lock);
   if (over)
-    qm__q_enforce_all(0);
+    enforce_all(0);
   return true;
 }
 
@@ -831,7 +997,7 @@ static void retire_block(uint32_t i, bool unmap_now) {
   block_t *b = B(i);
   if (!unmap_now && (b->flags & F_BELT) && LF.belt_way == QM_BELT_MOVE) {
     if (!pool_block(i))
-      qm__q_bury(i);
+      bury(i);
     return;
   }
   if (!unmap_now) {
@@ -844,10 +1010,10 @@ static void retire_block(uint32_t i, bool unmap_now) {
       return;
     }
     qm_lock(&S.lock);
-    bool over = qm__q_enter(i, dropped);
+    bool over = enter_locked(i, dropped);
     qm_unlock(&S.lock);
     if (over)
-      qm__q_enforce_all(0);
+      enforce_all(0);
     return;
   }
   discard_block(i);
@@ -869,10 +1035,10 @@ void qm__large_free(void *p) {
   L.live_bytes -= b->size;
   bool none = LF.strategy == QM_STRATEGY_NONE, unmap_now = unmap_on_free(b);
   if (none && !unmap_now) { /* nothing to retire: straight in, one lock */
-    bool over = qm__q_enter(i, false);
+    bool over = enter_locked(i, false);
     qm_unlock(&S.lock);
     if (over)
-      qm__q_enforce_all(0);
+      enforce_all(0);
     return;
   }
   qm_unlock(&S.lock);
@@ -1023,7 +1189,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
   bool unmap_now = unmap_on_free(o);
   qm_unlock(&S.lock);
   if (o->flags & F_BELT) /* its range is empty: dead at once, mapped afresh */
-    qm__q_bury(old);
+    bury(old);
   else
     retire_block(old, unmap_now);
   return (void *)u;
@@ -1085,7 +1251,7 @@ void *qm__large_realloc(void *p, size_t size) {
       bool over = qm__q_over(); /* that tail counts against the budget */
       qm_unlock(&S.lock);
       if (over)
-        qm__q_enforce_all(0);
+        enforce_all(0);
       return p;
     }
     if (need < old_rw) { /* could not protect the tail: still correct */
@@ -1117,7 +1283,30 @@ void *qm__large_realloc(void *p, size_t size) {
   return q;
 }
 
-/* ---- stats, fork ---- */
+/* ---- trim, flush, stats, fork ---- */
+
+size_t qm__large_trim(void) {
+  if (!atomic_load_explicit(&S.ready, memory_order_acquire))
+    return 0;
+  size_t total = 0;
+  for (;;) {
+    victims_t v = {.nunmap = 0};
+    qm_lock(&S.lock);
+    total += qm__q_choose_resident(&v);
+    take_victims_locked(&v);
+    qm_unlock(&S.lock);
+    if (!v.ndrop)
+      return total;
+    process_victims(&v);
+  }
+}
+
+#ifdef QM_TEST_HOOKS
+void qm__large_flush(void) {
+  if (atomic_load_explicit(&S.ready, memory_order_acquire))
+    unmap_all(true);
+}
+#endif
 
 void qm__large_stats(qm_stats_t *s) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
@@ -1138,6 +1327,8 @@ void qm__large_stats(qm_stats_t *s) {
   s->mappings_estimate = maps;
   s->mappings_budget = LF.map_budget;
   s->strategy = LF.strategy;
+  s->unmaps = L.unmaps;
+  s->drops = L.drops;
   qm__q_stats(s);
   s->belt_moves = L.belt_moves;
   s->belt_fresh = L.belt_fresh;

@@ -11,10 +11,8 @@
 #include <stdint.h>
 
 #include "fmt.h"
-#include "large_record.h"
 #include "large_report.h"
 #include "qmalloc.h"
-#include "quarantine.h"
 
 /* NULL with errno ENOMEM on failure. align: a power of two (page or more is
  * honoured exactly; less is rounded up to a page). zero: calloc semantics. */
@@ -38,6 +36,14 @@ size_t qm__large_mappings_peak(void);
  * the end of the live chunk holding it, 0 in a freed chunk or a guard page,
  * SIZE_MAX outside every large chunk's mapping. */
 size_t qm__large_object_size(uintptr_t a);
+
+/* Drops the pages of every quarantined chunk; returns the bytes dropped. */
+size_t qm__large_trim(void);
+#ifdef QM_TEST_HOOKS
+/* Test hook: unmaps every quarantined chunk (tests start from an empty
+ * quarantine). */
+void qm__large_flush(void);
+#endif
 
 void qm__large_fork_prepare(void);
 void qm__large_fork_parent(void);

@@ -14,6 +14,7 @@
 #include "age.h"
 #include "cache.h"
 #include "guarded.h"
+#include "large_record.h"
 #include "meta.h"
 #include "options.h"
 #include "os.h"
