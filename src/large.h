@@ -78,6 +78,7 @@ typedef struct block {
    * past pages moved in. An upper bound for the mapping count: taking a
    * pooled chunk's tail leaves its count as it was. */
   uint8_t extra_vmas;
+  uint16_t dpos; /* B_DEAD: its place in the ring of dead records (large_record.c) */
 } block_t;
 
 /* P_POOLED: a QUAR (or BUSY, freed) belt chunk whose pages were moved away

@@ -42,6 +42,8 @@ static struct {
   uint64_t frees, freed_bytes; /* the large frees counted, and their bytes */
 } R = {.free_rec = NIL};
 
+_Static_assert(DEAD_MAX <= UINT16_MAX + 1, "a dead record's place in the ring fits its dpos");
+
 /* ---- the record table and the address -> record hash (under S.lock) ---- */
 
 /* Reserves the record table: as large as the address space allows, down to
@@ -414,21 +416,41 @@ bool qm__dead_push(uint32_t i) {
     if (old != NIL)
       dead_forget(old);
   }
-  R.dead[qm_age_push(&R.dead_q, DEAD_MAX)] = i;
+  uint32_t at = qm_age_push(&R.dead_q, DEAD_MAX);
+  R.dead[at] = i;
+  B(i)->dpos = (uint16_t)at;
   return first;
 }
 
-/* A scan of the ring, once per segment the belt enters (16 MiB carved). */
+/* Forgets the dead records on list k.. of the address index whose range
+ * meets [lo, hi); their places in the ring are left NIL. */
+static void evict_list(uint32_t k, uintptr_t lo, uintptr_t hi) {
+  while (k) {
+    block_t *b = B(k - 1);
+    uint32_t next = b->anext; /* forgetting unlinks it */
+    if (b->state == B_DEAD && b->base < hi && b->base + b->span > lo) {
+      R.dead[b->dpos] = NIL;
+      dead_forget(k - 1);
+    }
+    k = next;
+  }
+}
+
+/* Once per segment the belt enters (16 MiB carved): through the address
+ * index, every record of which is on the list of its base's granule (or on
+ * the big list), and one that meets [lo, hi) starts at most ABIG before
+ * lo. Every dead record is in the ring, and every record in the ring dead.
+ * A scan of the whole ring (4096 records, most of them elsewhere) did the
+ * same before. */
 void qm__dead_evict(uintptr_t lo, uintptr_t hi) {
   if (lo >= hi)
     return;
-  for (uint32_t k = 0; k < R.dead_q.n; k++) {
-    uint32_t *d = &R.dead[qm_age_at(&R.dead_q, k, DEAD_MAX)];
-    if (*d != NIL && B(*d)->base < hi && B(*d)->base + B(*d)->span > lo) {
-      dead_forget(*d);
-      *d = NIL;
-    }
-  }
+  evict_list(atomic_load_explicit(&R.abig, memory_order_relaxed), lo, hi);
+  uintptr_t g = (lo > ABIG ? lo - ABIG : 0) >> AGRAN_SHIFT, last = (hi - 1) >> AGRAN_SHIFT;
+  if (last - g >= ABUCKETS) /* each bucket once */
+    g = last - ABUCKETS + 1;
+  for (; g <= last; g++)
+    evict_list(atomic_load_explicit(&R.abucket[g % ABUCKETS], memory_order_relaxed), lo, hi);
   while (R.dead_q.n && R.dead[R.dead_q.head] == NIL)
     qm_age_pop(&R.dead_q, DEAD_MAX);
 }
