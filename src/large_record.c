@@ -4,10 +4,11 @@
  * the user pointer -> record hash, the address index, the stack table
  * beside the records, the ring of dead records, the count of mappings and
  * address space the records hold, and the clock of large frees they are
- * stamped on. All of it is R, private to this file, changed under S.lock
- * (the SIGSEGV handler's racy reads aside); no record's state is changed
+ * stamped on. All of it is R, private to this file (the others read its
+ * counts, R.c, through large_record.h), changed under S.lock only (the
+ * SIGSEGV handler's racy reads aside); no record's state is changed
  * here but a freed record's (B_UNUSED). Calls go only down: the OS layer,
- * the strategies' mapping counts, the unwinder.
+ * the strategies' mapping counts, the clock.
  */
 #include "large_record.h"
 
@@ -36,11 +37,14 @@ static struct {
   /* the address index: records by the 16 MiB granule of their base, the
    * few spanning more than ABIG on one list; heads, linked by anext */
   _Atomic uint32_t abucket[ABUCKETS], abig;
-  /* mappings the records' chunks are (an estimate, as qm__set_vmas counts
-   * them), its peak, and the address space they hold (guards included) */
-  size_t maps, maps_peak, mapped_bytes;
-  uint64_t frees, freed_bytes; /* the large frees counted, and their bytes */
+  /* the counts the others read (large_record.h): mappings, the clock */
+  rec_counts_t c;
+  /* the peak of c.maps, and the address space the chunks hold (guards
+   * included) */
+  size_t maps_peak, mapped_bytes;
 } R = {.free_rec = NIL};
+
+const rec_counts_t *const qm__rec_counts = &R.c;
 
 _Static_assert(DEAD_MAX <= UINT16_MAX + 1, "a dead record's place in the ring fits its dpos");
 
@@ -105,11 +109,6 @@ stk_t *qm__stk_at(uint32_t i) {
 /* Its frames: the allocating ones, then (at LF.frames) the freeing ones. */
 uintptr_t *qm__stk_pcs(stk_t *e) { return (uintptr_t *)((char *)e + (sizeof(stk_t) + 7) / 8 * 8); }
 
-void qm__trace_capture(trace_t *t) {
-  t->n = LF.frames ? qm__stack_capture_unlocked(t->pc, LF.frames) : 0;
-  t->tid = LF.frames ? qm__thread_id() : 0;
-}
-
 /* Records t as chunk i's allocating stack (the chunk is the caller's). */
 void qm__note_alloc(uint32_t i, const trace_t *t) {
   stk_t *e = qm__stk_at(i);
@@ -121,22 +120,18 @@ void qm__note_alloc(uint32_t i, const trace_t *t) {
 }
 
 uint64_t qm__note_free(uint32_t i, const trace_t *t) {
-  R.frees++;
-  R.freed_bytes += B(i)->size;
+  R.c.frees++;
+  R.c.freed_bytes += B(i)->size;
   stk_t *e = qm__stk_at(i);
   if (!e)
-    return R.frees;
+    return R.c.frees;
   e->nfree = (uint8_t)t->n;
   e->free_tid = t->tid;
-  e->free_seq = R.frees;
+  e->free_seq = R.c.frees;
   e->free_ms = qm__clock_ms();
   memcpy(qm__stk_pcs(e) + LF.frames, t->pc, t->n * sizeof(uintptr_t));
-  return R.frees;
+  return R.c.frees;
 }
-
-uint64_t qm__rec_frees(void) { return R.frees; }
-
-uint64_t qm__rec_freed_bytes(void) { return R.freed_bytes; }
 
 uint32_t qm__rec_alloc(void) {
   if (!LF.blk && !qm__blk_reserve())
@@ -307,12 +302,13 @@ static void tab_remove(uintptr_t k) {
   R.tab_used--;
 }
 
-void qm__set_vmas(block_t *b, bool live) {
+size_t qm__set_vmas(block_t *b, bool live) {
   unsigned v = qm__range_vmas(LF.strategy, live) + b->extra_vmas;
-  R.maps = R.maps - b->vmas + v;
+  R.c.maps = R.c.maps - b->vmas + v;
   b->vmas = (uint8_t)v;
-  if (R.maps > R.maps_peak)
-    R.maps_peak = R.maps;
+  if (R.c.maps > R.maps_peak)
+    R.maps_peak = R.c.maps;
+  return R.c.maps;
 }
 
 /* Takes a BUSY chunk's address out of the table before its mapping goes
@@ -326,15 +322,13 @@ void qm__forget(uint32_t i) {
 
 void qm__rec_unmapped(uint32_t i) {
   block_t *b = B(i);
-  R.maps -= b->vmas;
+  R.c.maps -= b->vmas;
   b->vmas = 0;
   R.mapped_bytes -= b->span;
 }
 
-size_t qm__rec_maps(void) { return R.maps; }
-
-void qm__rec_counts(size_t *maps, size_t *maps_peak, size_t *mapped_bytes) {
-  *maps = R.maps;
+void qm__rec_stats(size_t *maps, size_t *maps_peak, size_t *mapped_bytes) {
+  *maps = R.c.maps;
   *maps_peak = R.maps_peak;
   *mapped_bytes = R.mapped_bytes;
 }

@@ -46,16 +46,17 @@ void qm__rec_publish(uint32_t i);
 uint32_t qm__rec_find(uintptr_t a);
 /* Moves a chunk's entry to its new user pointer (a reuse with another lead). */
 void qm__tab_rekey(uintptr_t from, uintptr_t to, uint32_t idx);
-void qm__set_vmas(block_t *b, bool live);
+/* Counts the mappings chunk b is now, live or quarantined (the
+ * strategy's, and its extra ones); returns the records' total. */
+size_t qm__set_vmas(block_t *b, bool live);
 /* Its mappings and address space are no longer counted (it was buried, or
  * is about to be unmapped); qm__forget also takes its user pointer out of
  * the hash. */
 void qm__rec_unmapped(uint32_t i);
 void qm__forget(uint32_t i);
-/* The mappings the records' chunks are (qm__set_vmas's estimate), */
-size_t qm__rec_maps(void);
-/* and with the peak of it and the address space they hold. */
-void qm__rec_counts(size_t *maps, size_t *maps_peak, size_t *mapped_bytes);
+/* The mappings the records' chunks are (qm__set_vmas's estimate), the peak
+ * of it, and the address space they hold. */
+void qm__rec_stats(size_t *maps, size_t *maps_peak, size_t *mapped_bytes);
 void qm__unmap_forgotten(uint32_t i);
 /* Keeps a dead record for reports; the oldest goes past DEAD_MAX. Returns
  * true once, when enough chunks died that the program churns large chunks
@@ -65,15 +66,25 @@ bool qm__dead_push(uint32_t i);
 /* Forgets the dead records whose range is in [lo, hi): the belt is about to
  * carve it again. */
 void qm__dead_evict(uintptr_t lo, uintptr_t hi);
-void qm__trace_capture(trace_t *t);
 void qm__note_alloc(uint32_t i, const trace_t *t);
 /* Counts a large free of chunk i on the clocks (frees, their bytes) and
  * records t as its freeing stack; returns the frees counted, this one
  * included. */
 uint64_t qm__note_free(uint32_t i, const trace_t *t);
-/* The clocks: large frees counted, and the bytes they freed. */
-uint64_t qm__rec_frees(void);
-uint64_t qm__rec_freed_bytes(void);
+/* What the records count that the others read, without a call: written
+ * only in large_record.c, under S.lock (reports read frees without it). */
+typedef struct rec_counts {
+  size_t maps;                 /* mappings the records' chunks are (qm__set_vmas) */
+  uint64_t frees, freed_bytes; /* the clock: large frees counted, and their bytes */
+} rec_counts_t;
+extern QM_HIDDEN const rec_counts_t *const qm__rec_counts;
+static inline size_t qm__rec_maps(void) { return qm__rec_counts->maps; }
+static inline uint64_t qm__rec_frees(void) { return qm__rec_counts->frees; }
+/* The clock: the large frees counted; their bytes in *freed_bytes. */
+static inline uint64_t qm__rec_clock(uint64_t *freed_bytes) {
+  *freed_bytes = qm__rec_counts->freed_bytes;
+  return qm__rec_counts->frees;
+}
 stk_t *qm__stk_at(uint32_t i);
 uintptr_t *qm__stk_pcs(stk_t *e);
 

@@ -140,8 +140,9 @@ static bool aged(const block_t *b) {
    * waits for the belt, so its pages need not wait at all */
   if (LF.strategy == QM_STRATEGY_NONE || (b->flags & F_BELT))
     return true;
-  return qm__rec_frees() - b->seq >= qm__opt.quarantine_min_frees &&
-         qm__rec_freed_bytes() - b->mark >= qm__opt.quarantine_min_mb << 20;
+  uint64_t bytes, frees = qm__rec_clock(&bytes);
+  return frees - b->seq >= qm__opt.quarantine_min_frees &&
+         bytes - b->mark >= qm__opt.quarantine_min_mb << 20;
 }
 
 void qm__q_age(void) {
@@ -518,10 +519,12 @@ static size_t resident_pages(void) { return Q.qresident + Q.ltail; }
 static size_t budget_pages(void) { return (qm__opt.quarantine_mb << 20) >> qm__page_shift; }
 
 /* Whether the quarantine is past one of its limits (under S.lock). */
-bool qm__q_over(void) {
-  return Q.qcount > qm__opt.quarantine_max_chunks || qm__rec_maps() > LF.map_budget ||
+static bool over(size_t maps) {
+  return Q.qcount > qm__opt.quarantine_max_chunks || maps > LF.map_budget ||
          resident_pages() > budget_pages();
 }
+
+bool qm__q_over(void) { return over(qm__rec_maps()); }
 
 /* The aged resident chunk least likely to be asked for: from the hot bin
  * with the most chunks for the requests lately made of the sizes it serves
@@ -633,9 +636,8 @@ bool qm__q_enter(uint32_t i, bool dropped) {
     b->dirty = 0;
   if (LF.strategy != QM_STRATEGY_NONE)
     b->rw = 0;
-  b->seq = qm__rec_frees();
-  b->mark = qm__rec_freed_bytes();
-  qm__set_vmas(b, LF.strategy == QM_STRATEGY_NONE);
+  b->seq = qm__rec_clock(&b->mark);
+  size_t maps = qm__set_vmas(b, LF.strategy == QM_STRATEGY_NONE);
   q_append(i);
-  return qm__q_over();
+  return over(maps);
 }

@@ -43,6 +43,27 @@ static struct {
   bool no_dontunmap;                  /* mremap refused MREMAP_DONTUNMAP: no belt, no move */
 } L = {.init_lock = QM_LOCK_INIT};
 
+/* A stack captured on the way in, before any lock (unwinding takes none of
+ * qmalloc's, but may take the loader's). */
+static void trace_capture(trace_t *t) {
+  t->n = LF.frames ? qm__stack_capture_unlocked(t->pc, LF.frames) : 0;
+  t->tid = LF.frames ? qm__thread_id() : 0;
+}
+
+/* A live chunk's tail (tail_pages) counts against the quarantine's
+ * resident budget from its hand-out or resize to its free or resize; most
+ * chunks have none. */
+static void tail_add(const block_t *b) {
+  size_t n = tail_pages(b);
+  if (n)
+    qm__q_tail_add(n);
+}
+static void tail_sub(const block_t *b) {
+  size_t n = tail_pages(b);
+  if (n)
+    qm__q_tail_sub(n);
+}
+
 /* Chunks that keep their pages across reuse (protect, none) and span a
  * transparent huge page get one: each of its 512 pages then changes
  * protection with one PMD, and is touched again at the cost of one; a 4 KiB
@@ -378,7 +399,7 @@ static size_t hand_out_locked(uint32_t i, size_t size, unsigned ashift, size_t n
    * pages are dropped: calloc on a later reuse relies on it */
   if (b->dirty < b->rw)
     b->dirty = b->rw;
-  qm__q_tail_add(tail_pages(b));
+  tail_add(b);
   b->size = size;
   b->ashift = (uint8_t)ashift;
   b->state = B_LIVE;
@@ -811,7 +832,7 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
     return fail_enomem();
   ensure_ready();
   trace_t t;
-  qm__trace_capture(&t);
+  trace_capture(&t);
   size_t pages = qm_pages(size ? size : 1);
   unsigned ashift = align > QM_MIN_ALIGN ? (unsigned)__builtin_ctzll(align) : 0;
   if (align < qm__page)
@@ -1023,12 +1044,12 @@ void qm__large_free(void *p) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
     qm__report_bad_pointer(QM_OP_FREE, p);
   trace_t t;
-  qm__trace_capture(&t);
+  trace_capture(&t);
   uint32_t i = find_live_locked(p, QM_OP_FREE);
   block_t *b = B(i);
   b->state = B_BUSY;
   b->flags |= F_FREED;
-  qm__q_tail_sub(tail_pages(b));
+  tail_sub(b);
   b->odo = qm__belt_odometer();
   b->seq = qm__note_free(i, &t);
   L.live--;
@@ -1175,7 +1196,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
    * past its RW part (a shrink's tail), which may still hold data: without
    * such a tail nothing is resident, so nothing counts against the
    * quarantine's budget or as a fault reuse would save */
-  qm__q_tail_sub(tail_pages(o));
+  tail_sub(o);
   if (o->dirty <= o->rw)
     o->dirty = 0;
   /* the move left the emptied pages a VMA apart from the rest of the
@@ -1199,7 +1220,7 @@ void *qm__large_realloc(void *p, size_t size) {
   if (size > QM_MAX_REQUEST)
     return fail_enomem();
   trace_t t;
-  qm__trace_capture(&t);
+  trace_capture(&t);
   uint32_t i = find_live_locked(p, QM_OP_REALLOC);
   block_t *b = B(i);
   size_t need = b->lead + qm_pages(size); /* pages from usable, as rw counts them */
@@ -1232,7 +1253,7 @@ void *qm__large_realloc(void *p, size_t size) {
     qm_lock(&S.lock);
     b->state = B_LIVE;
     if (!err) {
-      qm__q_tail_sub(tail_pages(b));
+      tail_sub(b);
       b->rw = new_rw;
       /* a belt chunk opened past its resident pages: those come from the
        * reservation, a mapping apart from pages an earlier reuse moved in
@@ -1243,7 +1264,7 @@ void *qm__large_realloc(void *p, size_t size) {
       }
       if (b->dirty < new_rw)
         b->dirty = new_rw;
-      qm__q_tail_add(tail_pages(b)); /* a shrink keeps its tail resident */
+      tail_add(b); /* a shrink keeps its tail resident */
       L.live_bytes = L.live_bytes - b->size + size;
       b->size = size;
       b->ashift = 0; /* realloc hands out malloc's kind of chunk */
@@ -1315,7 +1336,7 @@ void qm__large_stats(qm_stats_t *s) {
   s->large_live_chunks = L.live;
   s->large_live_bytes = L.live_bytes;
   size_t maps, peak, mapped;
-  qm__rec_counts(&maps, &peak, &mapped);
+  qm__rec_stats(&maps, &peak, &mapped);
   s->large_mapped_bytes = mapped;
   s->large_allocs = L.allocs;
   s->large_frees = qm__rec_frees();
@@ -1343,7 +1364,7 @@ void qm__large_stats(qm_stats_t *s) {
 size_t qm__large_mappings_peak(void) {
   qm_lock(&S.lock);
   size_t maps, n, mapped;
-  qm__rec_counts(&maps, &n, &mapped);
+  qm__rec_stats(&maps, &n, &mapped);
   qm_unlock(&S.lock);
   return n;
 }
