@@ -154,9 +154,9 @@ static inline size_t qm_need_in(const block_t *b, size_t need, size_t align) {
 
 /* Resident pages a live chunk holds past its RW part: left by an earlier,
  * larger use or by a shrink, inaccessible, and kept like quarantined pages
- * (S.ltail sums them over live chunks). A lead is not among them: it is the
- * chunk's own slack, RW like the rest of its extent, as a size class's
- * rounding is in other allocators. Counting leads against quarantine_mb
+ * (the quarantine sums them over live chunks: qm__q_tail_add). A lead is
+ * not among them: it is the chunk's own slack, RW like the rest of its
+ * extent, as a size class's rounding is in other allocators. Counting leads against quarantine_mb
  * left the quarantine no room beside many live chunks of just over 2 MiB
  * (each holding nearly a huge page of lead), and every free then dropped. */
 static inline size_t tail_pages(const block_t *b) {

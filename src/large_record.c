@@ -368,7 +368,7 @@ static void dead_forget(uint32_t i) {
 #define PREFILL_AT 256
 #define PREFILL_SLACK 64 /* records beyond the ring's: live and pooled chunks come and go */
 
-static void prefill(void) {
+static bool prefill(void) {
   size_t want = R.nblk + (DEAD_MAX - R.dead_q.n) + PREFILL_SLACK;
   if (want > LF.blk_max)
     want = LF.blk_max;
@@ -376,7 +376,7 @@ static void prefill(void) {
     size_t from = qm_page_up(R.blk_committed * sizeof(block_t));
     size_t to = qm_page_up(want * sizeof(block_t));
     if (qm_os_protect((char *)LF.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
-      return;
+      return false;
     R.blk_committed = to / sizeof(block_t);
     stk_grow();
   }
@@ -397,13 +397,14 @@ static void prefill(void) {
   /* the ring itself */
   uintptr_t r0 = qm_align_down((uintptr_t)R.dead, qm__page);
   qm_os_populate((void *)r0, qm_page_up((uintptr_t)(R.dead + DEAD_MAX)) - r0);
+  return true;
 }
 
 bool qm__dead_push(uint32_t i) {
   bool first = R.dead_q.n >= PREFILL_AT && !R.prefilled;
   if (first) {
     R.prefilled = true;
-    prefill();
+    first = prefill();
   }
   if (qm_age_full(&R.dead_q, DEAD_MAX)) {
     uint32_t old = R.dead[qm_age_pop(&R.dead_q, DEAD_MAX)];

@@ -60,8 +60,9 @@ void qm__rec_stats(size_t *maps, size_t *maps_peak, size_t *mapped_bytes);
 void qm__unmap_forgotten(uint32_t i);
 /* Keeps a dead record for reports; the oldest goes past DEAD_MAX. Returns
  * true once, when enough chunks died that the program churns large chunks
- * and the ring's storage was made ready in one go: the caller does the
- * same for the belt (qm__belt_prefill). */
+ * and the ring's storage was made ready in one go (unless the record table
+ * could not grow): the caller does the same for the belt
+ * (qm__belt_prefill). */
 bool qm__dead_push(uint32_t i);
 /* Forgets the dead records whose range is in [lo, hi): the belt is about to
  * carve it again. */
