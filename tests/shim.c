@@ -193,6 +193,32 @@ void qmt_mappings_in_belt(long *belt, long *mirror) {
   fclose(f);
 }
 
+int qmt_large_rw(const void *p, uintptr_t *lo, uintptr_t *hi, unsigned *bound) {
+  uint32_t i = qm__rec_find((uintptr_t)p);
+  if (i == NIL)
+    return 0;
+  const block_t *b = B(i);
+  *lo = b->usable;
+  *hi = b->usable + (b->rw << qm__page_shift);
+  *bound = b->flags & F_SPLIT ? b->extra_vmas + 1u : 1u; /* one, unless F_SPLIT */
+  return 1;
+}
+
+unsigned qmt_rw_mappings_in(uintptr_t from, uintptr_t to) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f)
+    return 0;
+  char line[512];
+  unsigned n = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char prot[5];
+    n += sscanf(line, "%lx-%lx %4s", &lo, &hi, prot) == 3 && prot[0] == 'r' && hi > from && lo < to;
+  }
+  fclose(f);
+  return n;
+}
+
 size_t qmt_inaccessible_pages(uintptr_t from, uintptr_t to) {
   FILE *f = fopen("/proc/self/maps", "r");
   if (!f)

@@ -108,6 +108,12 @@ size_t qmt_refused_moves(void);
 int qmt_move_spans_vmas(void);
 /* MADV_POPULATE_WRITE taken to be absent, as before Linux 5.14. */
 void qmt_no_populate(int on);
+/* The large chunk whose mapping holds p: its RW part [*lo, *hi) and the
+ * mappings the secondary counts it may be (extra_vmas + 1 if F_SPLIT,
+ * else 1). 0 if none. */
+int qmt_large_rw(const void *p, uintptr_t *lo, uintptr_t *hi, unsigned *bound);
+/* Mappings of /proc/self/maps that are readable and meet [lo, hi). */
+unsigned qmt_rw_mappings_in(uintptr_t lo, uintptr_t hi);
 /* Resident bytes of [p, p+len) now (mincore). */
 size_t qmt_resident(const void *p, size_t len);
 /* Lines of /proc/self/maps. */

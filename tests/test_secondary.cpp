@@ -1624,6 +1624,57 @@ TEST_F(Large, CallocOfARequestLargerThanThePoolIsZero) {
   qm_free(q);
 }
 
+// The mappings a chunk's RW part is, as the secondary counts them
+// (extra_vmas), never fall below what the kernel has: a move of a chunk of
+// several mappings relies on the count (gathering takes at most
+// MAX_GATHER_VMAS of them), and so does the mapping budget. Churn of
+// mixed sizes with realloc and calloc, in which chunks are gathered from
+// the tails of gathered chunks and requests larger than the pool take all
+// of it; every live chunk checked after every step.
+TEST_F(Large, AChunksMappingsAreNeverMoreThanItCounts) {
+  if (!gathers())
+    GTEST_SKIP() << "no gathering here";
+  for (const char *thp : {"thp_min_mb=0", "thp_min_mb=2"}) {
+    set(thp);
+    qmt_quarantine_flush();
+    std::mt19937_64 rng(7);
+    std::vector<std::pair<char *, size_t>> live(24, {nullptr, 0});
+    auto size = [&rng] {
+      return static_cast<size_t>(std::exp2(17 + std::uniform_real_distribution<>(0, 6)(rng)));
+    };
+    qm_stats_t before = stats();
+    unsigned most = 0;
+    for (int op = 0; op < 600 && !HasFailure(); op++) {
+      auto &[p, n] = live[rng() % live.size()];
+      if (p && rng() % 3 == 0) {
+        n = size();
+        p = static_cast<char *>(qm_realloc(p, n));
+      } else if (p) {
+        qm_free(p);
+        p = nullptr;
+        continue;
+      } else {
+        n = size();
+        p = static_cast<char *>(rng() % 2 ? qm_calloc(1, n) : qm_malloc(n));
+      }
+      std::memset(p, 1, n);
+      uintptr_t lo, hi;
+      unsigned bound;
+      if (!qmt_large_rw(p, &lo, &hi, &bound))
+        continue;
+      unsigned real = qmt_rw_mappings_in(lo, hi);
+      most = std::max(most, real);
+      EXPECT_LE(real, bound) << thp << ", op " << op << ": chunk at " << static_cast<void *>(p)
+                             << " of " << n << " bytes";
+    }
+    qm_stats_t after = stats();
+    EXPECT_GT(after.belt_gathers, before.belt_gathers + 20) << thp;
+    EXPECT_GE(most, 3u) << thp << ": chunks of several mappings were made";
+    for (auto &[p, n] : live)
+      qm_free(p);
+  }
+}
+
 // A gathered chunk is zeroed by calloc: the pooled pages it takes hold what
 // their chunks held.
 TEST_F(Large, CallocOfAGatheredChunkIsZero) {
