@@ -75,7 +75,13 @@ TEST(Probe, VerdictMatchesAnIndependentFaultCount) {
     }
   }
   EXPECT_NE(r->belt_reason[0], 0);
-  EXPECT_GT(r->probe_ns, 0u);
+  // where the monotonic clock counts whole ticks (jiffies, 4 ms at HZ=250:
+  // the 5.15 + series guest ran the probe inside one) the probe may take 0
+  timespec res;
+  ASSERT_EQ(clock_getres(CLOCK_MONOTONIC, &res), 0);
+  if (!res.tv_sec && res.tv_nsec <= 1000) {
+    EXPECT_GT(r->probe_ns, 0u);
+  }
   EXPECT_NE(r->kernel[0], 0);
 }
 
