@@ -204,35 +204,40 @@ int qmt_large_rw(const void *p, uintptr_t *lo, uintptr_t *hi, unsigned *bound) {
   return 1;
 }
 
-unsigned qmt_rw_mappings_in(uintptr_t from, uintptr_t to) {
+/* The lines of /proc/self/maps that overlap [from, to) and whose
+ * protection `want` accepts: how many, and the bytes of them inside. */
+static unsigned maps_in(uintptr_t from, uintptr_t to, bool (*want)(const char *prot),
+                        size_t *bytes) {
+  unsigned n = 0;
+  *bytes = 0;
   FILE *f = fopen("/proc/self/maps", "r");
   if (!f)
     return 0;
   char line[512];
-  unsigned n = 0;
   while (fgets(line, sizeof line, f)) {
     unsigned long lo, hi;
     char prot[5];
-    n += sscanf(line, "%lx-%lx %4s", &lo, &hi, prot) == 3 && prot[0] == 'r' && hi > from && lo < to;
+    if (sscanf(line, "%lx-%lx %4s", &lo, &hi, prot) == 3 && hi > from && lo < to && want(prot)) {
+      n++;
+      *bytes += (hi < to ? hi : to) - (lo > from ? lo : from);
+    }
   }
   fclose(f);
   return n;
 }
+static bool readable(const char *prot) { return prot[0] == 'r'; }
+static bool inaccessible(const char *prot) {
+  return prot[0] == '-' && prot[1] == '-' && prot[2] == '-';
+}
+
+unsigned qmt_rw_mappings_in(uintptr_t from, uintptr_t to) {
+  size_t bytes;
+  return maps_in(from, to, readable, &bytes);
+}
 
 size_t qmt_inaccessible_pages(uintptr_t from, uintptr_t to) {
-  FILE *f = fopen("/proc/self/maps", "r");
-  if (!f)
-    return 0;
-  char line[512];
-  size_t bytes = 0;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    char prot[5];
-    if (sscanf(line, "%lx-%lx %4s", &lo, &hi, prot) == 3 && prot[0] == '-' && prot[1] == '-' &&
-        prot[2] == '-' && hi > from && lo < to)
-      bytes += (hi < to ? hi : to) - (lo > from ? lo : from);
-  }
-  fclose(f);
+  size_t bytes;
+  maps_in(from, to, inaccessible, &bytes);
   return bytes / qm__page;
 }
 void qmt_prot_of(const void *p, char out[5]) {
