@@ -123,16 +123,18 @@ int qm_os_reserve(size_t len, void **out) {
   return 0;
 }
 
-int qm_os_reserve_fixed(void *p, size_t len) {
+int qm_os_map_fixed(void *p, size_t len, qm_prot_t prot) {
   check_range(p, len);
   COUNT(mmap);
+  int pr = prot == QM_PROT_RW ? PROT_READ | PROT_WRITE : PROT_NONE;
   int saved = errno;
-  void *r = mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  void *r = mmap(p, len, pr, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   if (r == MAP_FAILED)
     return check("mmap(MAP_FIXED)", p, len, false, saved);
   QM_CHECK_OP((uintptr_t)r, ==, (uintptr_t)p);
   return 0;
 }
+int qm_os_reserve_fixed(void *p, size_t len) { return qm_os_map_fixed(p, len, QM_PROT_NONE); }
 
 int qm_os_unmap(void *p, size_t len) {
   if (!len)

@@ -37,6 +37,13 @@ int qm_os_unmap(void *p, size_t len);
  * around it into one mapping. */
 int qm_os_reserve(size_t len, void **out);
 int qm_os_reserve_fixed(void *p, size_t len);
+/* The same with protection prot: with QM_PROT_RW, a part of a reservation
+ * opened as one mapping whatever lies under it. mprotect(RW) over a part
+ * made of several mappings (pieces whose anon_vma differ, left by earlier
+ * chunks, cannot merge) leaves it several, and Linux 5.10 and 5.15 refuse
+ * one mremap() across several (EFAULT). The new mapping has no madvise
+ * flags (VM_HUGEPAGE, VM_NOHUGEPAGE): the caller gives it its advice. */
+int qm_os_map_fixed(void *p, size_t len, qm_prot_t prot);
 
 /* The same between two PROT_NONE guard pages, for metadata: nothing mapped
  * next to it, user memory above all, can reach it by a linear overflow or

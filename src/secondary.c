@@ -104,6 +104,27 @@ static int thp_advice(size_t cap_pages) {
   return LF.thp_size && !qm__opt.thp_min_mb && cap_pages << qm__page_shift >= LF.thp_size ? -1 : 0;
 }
 
+/* Opens [p, p+len) of a range carved from the belt where no page of it is
+ * resident: one mapping made afresh RW (qm_os_map_fixed), then THP advice
+ * adv as thp_advice() gives it, for the new mapping has none. Not
+ * mprotect(RW): the belt's reservation there may be several mappings
+ * (pieces that had pages, whose anon_vma differ, cannot merge; ranges left
+ * behind by MREMAP_DONTUNMAP are mappings of their own until mapped
+ * afresh), and mprotect leaves them several, which no record counts: on
+ * Linux 5.10 and 5.15 with the mprotect fast path, booted, the move of
+ * such a chunk was refused (EFAULT, a range of several mappings) and its
+ * pages dropped. Same syscalls: an mmap for the mprotect. */
+static int open_afresh(uintptr_t p, size_t len, int adv) {
+  if (!len)
+    return 0;
+  int err = qm_os_map_fixed((void *)p, len, QM_PROT_RW);
+  if (!err && adv > 0)
+    qm_os_hugepage((void *)p, len);
+  else if (!err && adv < 0)
+    qm_os_nohugepage((void *)p, len);
+  return err;
+}
+
 /* Whether a chunk of cap pages comes from the belt: under protect, while
  * window_gb asks for it, and not a chunk that is never reused (those are
  * unmapped when they leave the quarantine: address space goes back). */
@@ -458,9 +479,11 @@ static void publish_fresh(uint32_t i, const qm_range_t *r, size_t cap, size_t ne
   L.fresh++;
 }
 
-/* A fresh chunk carved from the belt: its RW part opened in the
- * reservation, no mapping of its own. NULL where the belt has no room or
- * the protection cannot be changed: the caller maps one. */
+/* A fresh chunk carved from the belt: its RW part mapped afresh in the
+ * reservation (open_afresh: one mapping whatever the reservation is made
+ * of there), its THP advice given to its whole range (the rest of its
+ * capacity too, which realloc may open). NULL where the belt has no room
+ * or the part cannot be mapped: the caller maps one. */
 static void *fresh_belt(size_t size, unsigned ashift, size_t need, size_t lead, size_t align,
                         bool zero, size_t cap, bool huge, const trace_t *t) {
   qm_range_t r;
@@ -469,15 +492,15 @@ static void *fresh_belt(size_t size, unsigned ashift, size_t need, size_t lead, 
   qm_unlock(&S.lock);
   if (i == NIL)
     return NULL;
+  if (open_afresh(r.usable, need << qm__page_shift, 0)) {
+    uncarve(i, &r);
+    return NULL;
+  }
   int adv = thp_advice(cap);
   if (adv > 0)
     qm_os_hugepage((void *)r.base, r.span);
   else if (adv < 0)
     qm_os_nohugepage((void *)r.base, r.span);
-  if (qm_os_protect((void *)r.usable, need << qm__page_shift, QM_PROT_NONE, QM_PROT_RW)) {
-    uncarve(i, &r);
-    return NULL;
-  }
   qm_lock(&S.lock);
   qm__tab_reserve(); /* reserved when carved; another thread may have used it */
   publish_fresh(i, &r, cap, need, lead, (uint8_t)(F_BELT | (huge ? F_HUGE : 0)));
@@ -534,16 +557,19 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
   }
   /* moved RW, the pages need no opening: only those past them the request
    * takes are opened, or those it does not take closed (a misfit: they
-   * stay resident, PROT_NONE, as under protect) */
-  int perr;
-  if (!pooled)
-    perr = qm_os_protect((void *)r.usable, open << qm__page_shift, QM_PROT_NONE, QM_PROT_RW);
-  else if (open < moved)
+   * stay resident, PROT_NONE, as under protect). Moved PROT_NONE, those it
+   * takes are opened (one mapping: moved whole). The part past them is the
+   * carved reservation: mapped afresh (open_afresh), one mapping; with no
+   * advice, as the reservation had none there before. */
+  int perr = open > moved ? open_afresh(r.usable + (moved << qm__page_shift),
+                                        (open - moved) << qm__page_shift, 0)
+                          : 0;
+  if (!perr && !pooled)
+    perr = qm_os_protect((void *)r.usable, (open < moved ? open : moved) << qm__page_shift,
+                         QM_PROT_NONE, QM_PROT_RW);
+  else if (!perr && open < moved)
     perr = qm_os_protect((void *)(r.usable + (open << qm__page_shift)),
                          (moved - open) << qm__page_shift, QM_PROT_RW, QM_PROT_NONE);
-  else
-    perr = qm_os_protect((void *)(r.usable + (moved << qm__page_shift)),
-                         (open - moved) << qm__page_shift, QM_PROT_NONE, QM_PROT_RW);
   if (perr) {
     uncarve(j, &r); /* the moved pages go with it */
     bury(i);
@@ -708,21 +734,18 @@ static void *gather_reuse(gather_t *g, size_t size, unsigned ashift, size_t page
       qm__belt_tidy();
     return NULL;
   }
-  int adv = moved < need ? thp_advice(cap) : 0; /* for the part opened afresh */
-  if (adv > 0)
-    qm_os_hugepage((void *)(r.usable + (moved << qm__page_shift)), (need - moved)
-                                                                       << qm__page_shift);
-  else if (adv < 0)
-    qm_os_nohugepage((void *)(r.usable + (moved << qm__page_shift)), (need - moved)
-                                                                         << qm__page_shift);
-  /* the extent opened (all of it where pages waited PROT_NONE, else what
-   * the pool did not give), and pages past it (a chunk taken whole with a
-   * few to spare) closed where they came RW: they stay with the chunk,
-   * resident, as a misfit's do in move_reuse */
-  size_t from = closed ? 0 : moved;
-  int perr = from < need ? qm_os_protect((void *)(r.usable + (from << qm__page_shift)),
-                                         (need - from) << qm__page_shift, QM_PROT_NONE, QM_PROT_RW)
-                         : 0;
+  /* the extent opened: what the pool did not give mapped afresh
+   * (open_afresh: the carved reservation may be several mappings) with
+   * its advice, the pieces that waited PROT_NONE by one mprotect; and
+   * pages past it (a chunk taken whole with a few to spare) closed where
+   * they came RW: they stay with the chunk, resident, as a misfit's do in
+   * move_reuse */
+  int perr = moved < need ? open_afresh(r.usable + (moved << qm__page_shift),
+                                        (need - moved) << qm__page_shift, thp_advice(cap))
+                          : 0;
+  if (!perr && closed)
+    perr = qm_os_protect((void *)r.usable, (moved < need ? moved : need) << qm__page_shift,
+                         QM_PROT_NONE, QM_PROT_RW);
   if (!perr && open && moved > need)
     perr = qm_os_protect((void *)(r.usable + (need << qm__page_shift)),
                          (moved - need) << qm__page_shift, QM_PROT_RW, QM_PROT_NONE);
@@ -1130,27 +1153,29 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
     qm_unlock(&S.lock);
   }
   int err = 0;
-  if (belt) {
-    int adv = thp_advice(cap);
-    if (adv > 0)
-      qm_os_hugepage((void *)r.base, r.span);
-    else if (adv < 0)
-      qm_os_nohugepage((void *)r.base, r.span);
-  } else {
+  if (!belt)
     err = qm__range_map(LF.strategy, cap << qm__page_shift, huge ? LF.thp_size : 0, 0,
                         thp_advice(cap), &r);
-  }
+  bool mapped = !belt && !err;
   size_t moved = o->rw << qm__page_shift;
   bool revived = false;
-  if (!err) {
+  if (!err && belt) { /* the part past the pages moved: the carved reservation */
+    err = open_afresh(r.usable + moved, (need << qm__page_shift) - moved, 0);
+    revived = !err;
+    int adv = thp_advice(cap);
+    if (!err && adv > 0)
+      qm_os_hugepage((void *)r.base, r.span);
+    else if (!err && adv < 0)
+      qm_os_nohugepage((void *)r.base, r.span);
+  } else if (!err) {
     err =
         qm__range_revive(LF.strategy, (void *)(r.usable + moved), (need << qm__page_shift) - moved);
     revived = !err;
-    if (!err)
-      err = qm_os_move((void *)o->usable, moved, (void *)r.usable, true);
-    if (err && !belt)
-      qm_os_unmap((void *)r.base, r.span);
   }
+  if (!err)
+    err = qm_os_move((void *)o->usable, moved, (void *)r.usable, true);
+  if (err && mapped)
+    qm_os_unmap((void *)r.base, r.span);
   if (err) {
     if (belt && !revived) {
       uncarve(i, &r);
@@ -1244,10 +1269,19 @@ void *qm__large_realloc(void *p, size_t size) {
     int err;
     bool dropped = false;
     size_t new_rw = need > old_rw ? open : need;
-    if (need > old_rw)
+    /* a belt chunk's pages past its resident ones are the carved
+     * reservation's: mapped afresh (open_afresh), its resident tail
+     * opened again by mprotect (it merges back) */
+    size_t kept = (b->flags & F_BELT) && b->dirty < new_rw ? b->dirty : new_rw;
+    if (need > old_rw) {
       err = qm__range_revive(LF.strategy, (void *)(b->usable + (old_rw << qm__page_shift)),
-                             (new_rw - old_rw) << qm__page_shift);
-    else
+                             (kept - old_rw) << qm__page_shift);
+      if (!err && kept < new_rw &&
+          (err = open_afresh(b->usable + (kept << qm__page_shift),
+                             (new_rw - kept) << qm__page_shift, thp_advice(b->cap))))
+        qm__range_retire(LF.strategy, (void *)(b->usable + (old_rw << qm__page_shift)),
+                         (kept - old_rw) << qm__page_shift, &dropped); /* as it was */
+    } else
       err = qm__range_retire(LF.strategy, (void *)(b->usable + (need << qm__page_shift)),
                              (old_rw - need) << qm__page_shift, &dropped);
     qm_lock(&S.lock);

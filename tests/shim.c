@@ -204,6 +204,15 @@ int qmt_large_rw(const void *p, uintptr_t *lo, uintptr_t *hi, unsigned *bound) {
   return 1;
 }
 
+int qmt_large_range(const void *p, uintptr_t *base, uintptr_t *end) {
+  uint32_t i = qm__rec_find((uintptr_t)p);
+  if (i == NIL)
+    return 0;
+  *base = B(i)->base;
+  *end = B(i)->base + B(i)->span;
+  return 1;
+}
+
 /* The lines of /proc/self/maps that overlap [from, to) and whose
  * protection `want` accepts: how many, and the bytes of them inside. */
 static unsigned maps_in(uintptr_t from, uintptr_t to, bool (*want)(const char *prot),
@@ -226,6 +235,7 @@ static unsigned maps_in(uintptr_t from, uintptr_t to, bool (*want)(const char *p
   return n;
 }
 static bool readable(const char *prot) { return prot[0] == 'r'; }
+static bool any(const char *prot) { return prot != NULL; }
 static bool inaccessible(const char *prot) {
   return prot[0] == '-' && prot[1] == '-' && prot[2] == '-';
 }
@@ -233,6 +243,11 @@ static bool inaccessible(const char *prot) {
 unsigned qmt_rw_mappings_in(uintptr_t from, uintptr_t to) {
   size_t bytes;
   return maps_in(from, to, readable, &bytes);
+}
+
+unsigned qmt_mappings_in(uintptr_t from, uintptr_t to) {
+  size_t bytes;
+  return maps_in(from, to, any, &bytes);
 }
 
 size_t qmt_inaccessible_pages(uintptr_t from, uintptr_t to) {

@@ -114,6 +114,11 @@ void qmt_no_populate(int on);
 int qmt_large_rw(const void *p, uintptr_t *lo, uintptr_t *hi, unsigned *bound);
 /* Mappings of /proc/self/maps that are readable and meet [lo, hi). */
 unsigned qmt_rw_mappings_in(uintptr_t lo, uintptr_t hi);
+/* Any protection. */
+unsigned qmt_mappings_in(uintptr_t lo, uintptr_t hi);
+/* The whole range [base, end) of the large chunk at p, guards included;
+ * 0 if none. */
+int qmt_large_range(const void *p, uintptr_t *base, uintptr_t *end);
 /* Resident bytes of [p, p+len) now (mincore). */
 size_t qmt_resident(const void *p, size_t len);
 /* Lines of /proc/self/maps. */
