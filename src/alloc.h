@@ -1,6 +1,7 @@
 /* alloc.h: what alloc.c offers the rest of the library beyond the public
  * qm_ names: the one checked sized free behind free_sized,
- * free_aligned_sized and C++'s sized and aligned operator delete.
+ * free_aligned_sized and C++'s sized and aligned operator delete, and the
+ * slow path of malloc.
  */
 #ifndef QM_ALLOC_H
 #define QM_ALLOC_H
@@ -16,5 +17,9 @@ enum { QM_FREE_SIZED = 1, QM_FREE_ALIGNED = 2, QM_FREE_CXX = 4 };
  * names the entry point in the report. Every size_t is a size that can be
  * passed: SIZE_MAX too is checked, and names no chunk. */
 void qm__free_checked(const char *call, void *p, size_t align, size_t size, unsigned how);
+/* malloc past its fast path (init, the bootstrap arena, sampled, large and
+ * guarded requests, every case checked mode's own path leaves), called
+ * with the cache not marked busy. */
+void *qm__malloc_slow(size_t n);
 
 #endif

@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #endif
 
+#include "alloc.h"
 #include "cache.h"
 #include "lock.h"
 #include "meta.h"
@@ -819,6 +820,38 @@ void qm__state_drain(void) {
 QM_INLINE bool drain_due(void) {
   return (my_inbox && atomic_load_explicit(my_inbox, memory_order_relaxed)) ||
          nested_head != nested_tail;
+}
+
+/* Checked mode's hand-out of bin slot s of class c for n bytes (no
+ * over-alignment) by a thread with a cache: hand_out's checks, with the
+ * owner and state bits from qm__me, as the default fast path has them. */
+QM_INLINE void *hand_out_checked(uintptr_t s, unsigned c, size_t n) {
+  uintptr_t ch = qm_slot_chunk(s), roff = ch - qm_region(c);
+  if (QM_UNLIKELY(roff >= committed(c)))
+    qm__small_bad_pop(ch, c);
+  uint64_t *e = qm_entry_at(c, qm_chunk_index(roff, c)), w = qm_entry_load(e);
+  /* ALLOC (1) and SENT (3): the state's low bit */
+  if (QM_UNLIKELY(w & (uint64_t)1 << QM_E_STATE_SHIFT))
+    qm__report_bad_entry(qm__class[c].size, ch, "chunk in use");
+  if (qm__opt.zero_on_free)
+    check_zero(ch, c);
+  uint64_t gen = qm_e_gen(w);
+  qm_entry_store(e, qm__me | gen << QM_E_GEN_SHIFT | (uint64_t)n);
+  qm_store8(ch + n, qm_canary(ch, gen, c));
+  return (void *)ch;
+}
+
+void *qm__small_malloc_checked_fast(size_t n, unsigned c) {
+  uintptr_t s;
+  /* an exhausted class: the slow path tries larger ones */
+  if (QM_UNLIKELY(c >= QM_NCLASS || drain_due() || qm__opt.guard_all || !qm__cc[c].slot ||
+                  !(s = qm_cache_take_checked(c)))) {
+    qm_freeing_clear();
+    return qm__malloc_slow(n);
+  }
+  void *p = hand_out_checked(s, c, n);
+  qm_freeing_clear();
+  return p;
 }
 
 void *qm__small_malloc_checked(size_t n) {

@@ -201,6 +201,12 @@ void *qm__small_hand_out(uintptr_t s, unsigned c, size_t n, size_t align);
  * guard_all), after init, marked busy (qm_busy_enter): NULL and ENOMEM
  * when no class can serve it. */
 void *qm__small_malloc_checked(size_t n);
+/* Checked mode's malloc on malloc's own path, for class c = qm_class_of(n)
+ * (QM_ZCLASS for 0), marked busy (QM_BUSY): the common case, a thread with
+ * a cache taking from its own bin with nothing sent to it, with no init,
+ * busy or class-loop work per call; anything else goes to qm__malloc_slow.
+ * Leaves the mark cleared. */
+void *qm__small_malloc_checked_fast(size_t n, unsigned c);
 /* A bin slot whose chunk is not in its class region. */
 _Noreturn void qm__small_bad_pop(uintptr_t ch, unsigned c) QM_COLD;
 /* In-place realloc of p to n bytes, when this thread may change its entry
