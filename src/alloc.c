@@ -116,12 +116,10 @@ QM_EXPORT void *qm_malloc(size_t n) {
        * the cache (at free, or by the central list's arm), the cache's
        * arrays sit in guarded metadata, and the slot carries the chunk's
        * generation: the table entry is written, never read, here. */
-      uintptr_t roff = ch - qm__pbase;
-      if (QM_LIKELY(roff >> qm__rshift == c)) {
-        uint64_t gen = qm_slot_gen(s);
-        roff &= qm__rmask;
-        qm_entry_store(qm_entry_at(c, qm_chunk_index(roff, c)),
-                       qm__me | gen << QM_E_GEN_SHIFT | (uint64_t)n);
+      uintptr_t roff = ch - qm__class[c].base;
+      if (QM_LIKELY(roff <= qm__rmask)) {
+        /* s ^ ch: the generation, in place (QM_E_GEN_SHIFT is 48) */
+        qm_entry_store(qm_entry_at(c, qm_chunk_index(roff, c)), qm__me | (s ^ ch) | (uint64_t)n);
         qm_store8(ch + n, qm_canary_of(s, c)); /* s: ch ^ gen << 48 */
         qm_freeing_clear();
         return (void *)ch;
@@ -167,10 +165,11 @@ QM_EXPORT void qm_free(void *p) {
     }
     unsigned c = (unsigned)(off >> qm__rshift);
     uintptr_t roff = off & qm__rmask;
-    /* 16-aligned and below the committed end: the entry is then in the
-     * committed table even for a bad pointer; the zero-size region has
-     * nothing committed */
-    if (QM_LIKELY(!(a & (QM_MIN_ALIGN - 1)) && roff < committed(c))) {
+    /* below the committed end: the entry is then in the committed table
+     * even for a bad pointer (the zero-size region has nothing committed);
+     * a pointer off a chunk boundary, misaligned ones included, fails the
+     * boundary test below */
+    if (QM_LIKELY(roff < committed(c))) {
       const qm_class_info_t *ci = &qm__class[c];
       uintptr_t i = qm_chunk_index(roff, c);
       uint64_t *e = qm_entry_at(c, i), w = qm_entry_load(e);
@@ -186,8 +185,9 @@ QM_EXPORT void qm_free(void *p) {
          * meanwhile, and free does not wait for it */
         uintptr_t at = a + qm_e_size(w);
         __builtin_prefetch((void *)at);
-        unsigned k = qm__pend_i++;
-        qm__pend[k % QM_PEND_N] = (qm_pend_t){qm_slot_make(a, qm_e_gen(fw)), at};
+        uint64_t k = qm__pend_i++;
+        qm__pend[k % QM_PEND_N] =
+            (qm_pend_t){qm_slot_make(a, qm_e_gen(fw)), at | (uintptr_t)c << 48};
         if (QM_UNLIKELY(!((k + 1) % QM_PEND_HALF)))
           qm__small_pend_batch(k + 1);
         qm_freeing_clear();

@@ -193,6 +193,8 @@ int qm__primary_init(uint64_t secret) {
       qm__rshift = shift;
       qm__rmask = ((uintptr_t)1 << shift) - 1;
       qm__pspan = span;
+      for (unsigned c = 0; c <= QM_NCLASS; c++)
+        qm__class[c].base = qm_region(c);
       /* a guard page below the first table and after each */
       tbase = (uintptr_t)t + qm__page;
       size_t at = 0;

@@ -36,7 +36,8 @@ typedef struct qm_class_info {
   uint64_t magic;     /* ceil(2^64 / size): chunk index by multiply-high */
   uint64_t key, ckey; /* this region's canary keys */
   uint64_t *table;    /* this region's state table: entry i is chunk i's */
-} qm_class_info_t;
+  uintptr_t base;     /* this region's first byte (qm_region) */
+} __attribute__((aligned(64))) qm_class_info_t; /* a shift indexes the array */
 
 extern QM_HIDDEN qm_class_info_t qm__class[QM_NCLASS + 1];
 /* Bytes of each region that are RW; only grows (0 for QM_ZCLASS). */

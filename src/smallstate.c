@@ -407,65 +407,63 @@ void qm__small_pend_error(uintptr_t slot, uintptr_t at) {
   canary_error(p, at, qm_canary_before(slot, (unsigned)((p - qm__pbase) >> qm__rshift)));
 }
 
-/* Checks parked chunk s (canary at at) and puts it in its bin: the canary
- * is the one its malloc wrote, of the generation before the free's. */
-static inline void pend_settle(uintptr_t s, uintptr_t at) {
-  uintptr_t ch = qm_slot_chunk(s);
-  unsigned c = (unsigned)((ch - qm__pbase) >> qm__rshift);
+/* Checks parked free e and puts its chunk in its bin at a random place (r:
+ * 16 bits of a draw; malloc takes the top one), or on to the central list
+ * when the bin is full. The canary is the one its malloc wrote, of the
+ * generation before the free's. */
+static inline void pend_settle(const qm_pend_t *e, qm_bin_t *bins, uint64_t r) {
+  uintptr_t s = e->slot, at = QM_PEND_AT(e);
+  unsigned c = QM_PEND_CLASS(e);
   if (QM_UNLIKELY(qm_load8(at) != qm_canary_before(s, c)))
     qm__small_pend_error(s, at);
-  qm__small_release(s, c);
+  qm_bin_t *b = &bins[c];
+  uint32_t n = b->count;
+  if (QM_UNLIKELY(n >= b->max)) {
+    qm__small_release(s, c);
+    return;
+  }
+  /* bins hold at most 128, so the bias of a 16-bit draw is below 1/512 */
+  uint32_t j = (uint32_t)(((r & 0xffff) * (n + 1)) >> 16);
+  uintptr_t *slot = b->slot;
+  slot[n] = slot[j];
+  slot[j] = s;
+  b->count = n + 1;
 }
 
-void qm__small_pend_batch(unsigned k) {
-  /* k frees parked: the half just filled is (k / HALF - 1) % 2 */
-  qm_pend_t *q = &qm__pend[(k / QM_PEND_HALF) % 2 * QM_PEND_HALF];
-  /* read once: the bins' stores could alias them */
-  const uintptr_t base = qm__pbase;
-  const unsigned shift = qm__rshift;
-  uint64_t r = 0;
-  for (unsigned i = 0; i < QM_PEND_HALF; i++) {
-    /* 16 bits of a draw for each place below: four places to a draw,
-     * drawn before any entry can be skipped */
-    if (!(i % 4))
-      r = qm_rand();
-    uintptr_t s = q[i].slot, at = q[i].at;
-    if (!s)
-      continue;
-    q[i].slot = 0;
-    unsigned c = (unsigned)((qm_slot_chunk(s) - base) >> shift);
-    if (QM_UNLIKELY(qm_load8(at) != qm_canary_before(s, c)))
-      qm__small_pend_error(s, at);
-    qm_bin_t *b = &qm__bin[c];
-    uint32_t n = b->count;
-    if (QM_UNLIKELY(n >= b->max)) {
-      qm__small_release(s, c);
-      continue;
-    }
-    /* at a random place (malloc takes the top one); bins hold at most
-     * 128, so the bias of a 16-bit draw is below 1/512 */
-    uint32_t j = (uint32_t)(((r & 0xffff) * (n + 1)) >> 16);
-    r >>= 16;
-    uintptr_t *slot = b->slot;
-    slot[n] = slot[j];
-    slot[j] = s;
-    b->count = n + 1;
+void qm__small_pend_batch(uint64_t k) {
+  /* the half to check was filled QM_PEND_HALF frees before the one just
+   * filled: nothing in it yet since the ring was last emptied */
+  if (QM_UNLIKELY(k < QM_PEND_N))
+    return;
+  const qm_pend_t *q = &qm__pend[(k / QM_PEND_HALF) % 2 * QM_PEND_HALF];
+  qm_bin_t *const bins = qm__bin;
+  for (unsigned i = 0; i < QM_PEND_HALF; i += 4) {
+    /* four places to a draw */
+    uint64_t r = qm_rand();
+    for (unsigned j = i; j < i + 4; j++, r >>= 16)
+      pend_settle(&q[j], bins, r);
   }
+}
+
+/* The first parked free not yet checked, of n parked since the ring was
+ * last emptied (see smallstate.h). */
+static uint64_t pend_first(uint64_t n) {
+  return n < QM_PEND_N ? 0 : n / QM_PEND_HALF * QM_PEND_HALF - QM_PEND_HALF;
 }
 
 void qm__small_pend_flush(void) {
-  /* nothing parked since the last flush (always so in checked mode): every
-   * refill calls this */
-  if (qm__t.pend_seen == qm__pend_i)
+  /* nothing parked since the last flush (always so in checked mode) */
+  uint64_t n = qm__pend_i;
+  if (!n)
     return;
-  qm__t.pend_seen = qm__pend_i;
-  for (unsigned i = 0; i < QM_PEND_N; i++) {
-    uintptr_t s = qm__pend[i].slot;
-    if (s) {
-      qm__pend[i].slot = 0;
-      pend_settle(s, qm__pend[i].at);
-    }
+  qm_bin_t *const bins = qm__bin;
+  uint64_t r = 0;
+  for (uint64_t k = pend_first(n), i = 0; k < n; k++, i++, r >>= 16) {
+    if (!(i % 4))
+      r = qm_rand();
+    pend_settle(&qm__pend[k % QM_PEND_N], bins, r);
   }
+  qm__pend_i = 0;
 }
 
 /* the main thread's parked frees, when the program ends */
@@ -1000,19 +998,18 @@ uintptr_t qm__small_regen(uintptr_t s, unsigned c) {
 }
 
 void qm__small_pend_regen(void) {
-  for (unsigned i = 0; i < QM_PEND_N; i++) {
-    uintptr_t s = qm__pend[i].slot, at = qm__pend[i].at;
-    if (s) {
-      /* checked against the canary its malloc wrote, then given the one
-       * the new generation expects */
-      uintptr_t ch = qm_slot_chunk(s);
-      unsigned c = (unsigned)((ch - qm__pbase) >> qm__rshift);
-      if (qm_load8(at) != qm_canary_before(s, c))
-        qm__small_pend_error(s, at);
-      s = qm__small_regen(s, c);
-      qm_store8(at, qm_canary_before(s, c));
-      qm__pend[i].slot = s;
-    }
+  uint64_t n = qm__pend_i;
+  for (uint64_t k = pend_first(n); k < n; k++) {
+    qm_pend_t *e = &qm__pend[k % QM_PEND_N];
+    uintptr_t s = e->slot, at = QM_PEND_AT(e);
+    unsigned c = QM_PEND_CLASS(e);
+    /* checked against the canary its malloc wrote, then given the one the
+     * new generation expects */
+    if (qm_load8(at) != qm_canary_before(s, c))
+      qm__small_pend_error(s, at);
+    s = qm__small_regen(s, c);
+    qm_store8(at, qm_canary_before(s, c));
+    e->slot = s;
   }
 }
 

@@ -79,6 +79,7 @@ QM_INLINE void qm_entry_store(uint64_t *e, uint64_t w) { __atomic_store_n(e, w, 
 #define QM_SLOT_ADDR (((uintptr_t)1 << 48) - 1)
 QM_INLINE uintptr_t qm_slot_chunk(uintptr_t s) { return s & QM_SLOT_ADDR; }
 QM_INLINE uint64_t qm_slot_gen(uintptr_t s) { return (uint64_t)s >> 48; }
+_Static_assert(QM_E_GEN_SHIFT == 48, "a slot's generation sits where an entry's does");
 QM_INLINE uintptr_t qm_slot_make(uintptr_t ch, uint64_t gen) {
   return ch | (uintptr_t)(gen & 0xffff) << 48;
 }
@@ -102,7 +103,11 @@ QM_INLINE uint64_t qm_canary_of(uint64_t slot, unsigned c) {
   lo = (uint64_t)m;
   hi = (uint64_t)(m >> 64);
 #endif
-  return ((hi ^ lo) | 0x8080808080808080ull) & ~(uint64_t)0xff00;
+  uint64_t v = (hi ^ lo) & ~(uint64_t)0xff00;
+  /* kept apart: merged, gcc makes them an and and an or of two 10-byte
+   * constants, four instructions; apart, three */
+  __asm__("" : "+r"(v));
+  return v | 0x8080808080800080ull;
 }
 /* of chunk ch at generation gen: of its slot word */
 QM_INLINE uint64_t qm_canary(uintptr_t ch, uint64_t gen, unsigned c) {
@@ -159,15 +164,21 @@ QM_INLINE void qm_busy_leave(uintptr_t was) {
  * checks the other (parked QM_PEND_HALF to 2 * QM_PEND_HALF - 1 frees ago)
  * and puts its chunks in the bins in one pass. So free never waits on the
  * chunk's memory, its own path holds one check less and one bin insert
- * less, and a chunk is never handed out again unchecked. Emptied on every
- * refill, cache flush, thread exit, fork and process exit. Not used in
- * checked mode, where a free checks at once. The class and the expected
- * canary follow from the slot (chunk | generation after the free << 48). */
+ * less, and a chunk is never handed out again unchecked. Emptied, the same
+ * way, on every refill, cache flush, thread exit, fork and process exit.
+ * Not used in checked mode, where a free checks at once. An entry carries
+ * the slot (chunk | generation after the free << 48), from which the
+ * expected canary follows, and the canary's address and the class. The
+ * ring holds no empty entries: qm__pend_i counts the frees parked since it
+ * was last emptied (64 bits: it never wraps), so the entries not yet
+ * checked are its last pend_i % QM_PEND_HALF + QM_PEND_HALF (all of them
+ * below QM_PEND_N), and the batch of the half not just filled has nothing
+ * to do until QM_PEND_N frees were parked. */
 /* the ring, qm__pend[QM_PEND_N] and its count qm__pend_i, are in thread.h */
 /* Checks and bins the half of the ring the fast path did not just fill;
  * called when the count of parked frees k reaches a multiple of
  * QM_PEND_HALF. */
-void qm__small_pend_batch(unsigned k);
+void qm__small_pend_batch(uint64_t k);
 /* A parked chunk whose canary changed: reports. */
 _Noreturn void qm__small_pend_error(uintptr_t slot, uintptr_t at) QM_COLD;
 /* Checks every parked chunk of this thread and puts it in the bin. */

@@ -22,17 +22,19 @@ typedef struct qm_bin {
 #define QM_PEND_HALF 16u
 #define QM_PEND_N (2 * QM_PEND_HALF)
 typedef struct qm_pend {
-  uintptr_t slot; /* chunk | generation << 48 (0: empty) */
-  uintptr_t at;   /* where its canary is */
+  uintptr_t slot; /* chunk | generation << 48 */
+  uintptr_t at;   /* where its canary is | its class << 48: the batch
+                   * reads the class instead of working it out */
 } qm_pend_t;
+#define QM_PEND_AT(e) ((e)->at & (((uintptr_t)1 << 48) - 1))
+#define QM_PEND_CLASS(e) ((unsigned)((e)->at >> 48))
 
 typedef struct qm_thread {
   uintptr_t freeing;           /* smallstate.h: qm__freeing */
   uint64_t me;                 /* smallstate.h: qm__me */
   uint64_t rng;                /* random.h: qm__rng */
   uint32_t sample_left;        /* guarded.h: qm__sample_left */
-  unsigned pend_i;             /* smallstate.h: qm__pend_i */
-  unsigned pend_seen;          /* smallstate.c: pend_i at the last flush */
+  uint64_t pend_i;             /* smallstate.h: qm__pend_i (never wraps) */
   qm_pend_t pend[QM_PEND_N];   /* smallstate.h: qm__pend */
   qm_bin_t bin[QM_NCLASS + 1]; /* cache.h: qm__bin */
 } qm_thread_t;
