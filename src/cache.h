@@ -114,7 +114,10 @@ QM_INLINE void qm_checked_put(qm_checked_t *k, unsigned c, uintptr_t chunk) {
  * every byte for zero_on_free) after waiting out free_delay, so it is
  * cold: in small churn under hardening=max those reads were 40% of the
  * time. The next malloc of the class comes a few dozen ops later, time
- * enough for the lines to arrive, too soon for them to leave. */
+ * enough for the lines to arrive, too soon for them to leave. Its table
+ * entry too, which the hand-out reads and writes: last touched at the
+ * chunk's free, hundreds of frees ago, its line was the one miss left on
+ * checked mode's malloc path. */
 QM_INLINE uintptr_t qm_checked_draw(qm_checked_t *k, unsigned c) {
   uint32_t n = k->count;
   uint32_t i = k->next < n ? k->next : qm_rand_below(n);
@@ -126,6 +129,7 @@ QM_INLINE uintptr_t qm_checked_draw(qm_checked_t *k, unsigned c) {
     k->next = j;
     uintptr_t next = k->slot[j] & (((uintptr_t)1 << 48) - 1); /* its chunk */
     QM_PREFETCH_SPAN(next, qm__opt.zero_on_free ? qm__class[c].size : 64, QM_PF_R);
+    __builtin_prefetch(qm__class[c].table + qm_chunk_index(next - qm_region(c), c), QM_PF_W);
   }
   return ch;
 }
@@ -143,6 +147,11 @@ QM_INLINE uintptr_t qm_cache_take_checked(unsigned c) {
     uint32_t now = ++k->clock;
     while (qm_age_due(&k->q, k->ring, now, d))
       qm_checked_put(k, c, k->ring[qm_age_pop(&k->q, k->cap)].item);
+    /* the ring's line after the oldest entry's (4 entries a line), read
+     * a few mallocs of the class from now: written at the frees D mallocs
+     * ago, it has left the cache since (past the ring's end: a prefetch
+     * of nothing) */
+    __builtin_prefetch(&k->ring[k->q.head] + 4);
   }
   if (QM_UNLIKELY(!k->count))
     return qm__cache_refill_checked(c);
