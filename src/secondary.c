@@ -501,6 +501,21 @@ static void *fresh_belt(size_t size, unsigned ashift, size_t need, size_t lead, 
     qm_os_hugepage((void *)r.base, r.span);
   else if (adv < 0)
     qm_os_nohugepage((void *)r.base, r.span);
+  /* Where one mremap() moves one mapping only (5.10, 5.15), the chunk is
+   * given its anonymous-memory root (anon_vma) now, by writing its user
+   * pointer's page (a zero: calloc's promise holds; the user's first write
+   * would fault there anyway). A mapping with none, a chunk freed unwritten
+   * (in tests, belt_on()'s malloc(1 MiB) and free), moves so; a smaller
+   * request that reuses it opens part of it, that part gets an anon_vma at
+   * its first write, and at free those kernels never merge it back with
+   * the rest, which has none (is_mergeable_anon_vma(): a neighbour without
+   * one merges only if its anon_vma_chain is singular; 6.x merges them):
+   * the chunk's pages were then two mappings with nothing in its record
+   * saying so, and their next move was refused (booted: 5.15 + series, 2
+   * in unit-belt-protect-one-vma, each such a 1 MiB chunk split where the
+   * smaller request ended). */
+  if (!qm_os_move_spans_vmas())
+    *(volatile char *)(r.usable + (lead << qm__page_shift)) = 0;
   qm_lock(&S.lock);
   qm__tab_reserve(); /* reserved when carved; another thread may have used it */
   publish_fresh(i, &r, cap, need, lead, (uint8_t)(F_BELT | (huge ? F_HUGE : 0)));

@@ -1774,6 +1774,46 @@ TEST_F(Large, APartOpenedOverPiecesOfTheBeltIsOneMapping) {
   qm_free(g);
 }
 
+// Where one mremap() moves one mapping only (5.10, 5.15; here as they
+// move, QMT_ONE_VMA_MOVES), a fresh belt chunk's user page is written (a
+// zero) before it is handed out, so that its mapping has an anon_vma from
+// the start. Booted on 5.15 + series without it: a 1 MiB chunk freed
+// unwritten (belt_on()'s) moved to a smaller request, whose part got an
+// anon_vma at its first write, never merged back at free with the rest,
+// which had none, and the next move of the chunk's pages was refused.
+// Here (6.18 merges them) the page written is what can be seen.
+TEST_F(Large, AFreshChunkHasAPageWhereAMoveTakesOneMapping) {
+  if (!belt_on())
+    GTEST_SKIP() << "no belt here";
+  set("thp_min_mb=0");
+  const size_t pg = qmt_page();
+  for (int one : {1, 0}) {
+    qmt_one_vma_moves(one);
+    bool written = !qmt_move_spans_vmas();
+    qmt_quarantine_flush();
+    qm_stats_t before = stats();
+    char *p = static_cast<char *>(qm_malloc(MiB));
+    char *z = static_cast<char *>(qm_calloc(1, MiB));
+    EXPECT_EQ(stats().belt_fresh, before.belt_fresh + 2) << one;
+    EXPECT_EQ(qmt_resident(p, pg), written ? pg : 0) << "one-mapping moves " << one;
+    EXPECT_EQ(qmt_resident(p + pg, MiB - pg), 0u) << "that page only";
+    EXPECT_TRUE(all_bytes(z, MiB, 0)) << "calloc";
+    // freed unwritten, then reused by a smaller request and freed, and
+    // reused whole: its pages move again, as one mapping
+    size_t refused = qmt_refused_moves();
+    qm_free(z);
+    qm_free(p);
+    char *q = static_cast<char *>(qm_malloc(880 * KiB));
+    std::memset(q, 1, 880 * KiB);
+    qm_free(q);
+    before = stats();
+    q = static_cast<char *>(qm_malloc(MiB));
+    EXPECT_EQ(stats().belt_moves, before.belt_moves + 1) << one;
+    EXPECT_EQ(qmt_refused_moves(), refused) << one;
+    qm_free(q);
+  }
+}
+
 // A gathered chunk is zeroed by calloc: the pooled pages it takes hold what
 // their chunks held.
 TEST_F(Large, CallocOfAGatheredChunkIsZero) {
