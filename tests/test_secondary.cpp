@@ -1465,9 +1465,10 @@ TEST_F(Large, PooledPagesServeSmallerAndLargerRequests) {
   qm_stats_t after = stats();
   EXPECT_EQ(after.belt_moves, again.belt_moves + 1) << "the pooled chunk served it";
   // the pages past the pooled ones: a part of the carved range, mapped
-  // afresh (one mapping whatever the belt is made of there), no mprotect
+  // afresh (one mapping whatever the belt is made of there), no mprotect;
+  // an mmap or more (the belt may map dead ranges afresh in the same call)
   EXPECT_EQ(after.sys_mprotect - again.sys_mprotect, 0u);
-  EXPECT_EQ(after.sys_mmap - again.sys_mmap, 1u) << "the pages past the pooled ones";
+  EXPECT_GE(after.sys_mmap - again.sys_mmap, 1u) << "the pages past the pooled ones";
   EXPECT_EQ(faults, static_cast<long>((MiB - smaller) / pg));
   qm_free(r);
 }
