@@ -453,9 +453,17 @@ static uint64_t pend_first(uint64_t n) {
 
 void qm__small_pend_flush(void) {
   /* nothing parked since the last flush (always so in checked mode) */
-  uint64_t n = qm__pend_i;
-  if (!n)
+  if (!qm__pend_i)
     return;
+  /* Marked busy (fork's prepare handler and the exit hook call this
+   * unmarked): the entries are settled where they stand and the count is
+   * reset only at the end, so a free from a signal handler landing in the
+   * loop would park behind n, be lost to the reset, and, at a multiple of
+   * QM_PEND_HALF, run a batch over entries this loop settles too: the same
+   * chunk twice in a bin, handed out twice. Marked, it takes the nested
+   * path. The count is read under the mark. */
+  uintptr_t was = qm_busy_enter();
+  uint64_t n = qm__pend_i;
   qm_bin_t *const bins = qm__bin;
   uint64_t r = 0;
   for (uint64_t k = pend_first(n), i = 0; k < n; k++, i++, r >>= 16) {
@@ -464,6 +472,7 @@ void qm__small_pend_flush(void) {
     pend_settle(&qm__pend[k % QM_PEND_N], bins, r);
   }
   qm__pend_i = 0;
+  qm_busy_leave(was);
 }
 
 /* the main thread's parked frees, when the program ends */
@@ -998,6 +1007,9 @@ uintptr_t qm__small_regen(uintptr_t s, unsigned c) {
 }
 
 void qm__small_pend_regen(void) {
+  /* marked busy, as the flush is: a handler's free parking (and batching)
+   * here would settle entries half given their new generation */
+  uintptr_t was = qm_busy_enter();
   uint64_t n = qm__pend_i;
   for (uint64_t k = pend_first(n); k < n; k++) {
     qm_pend_t *e = &qm__pend[k % QM_PEND_N];
@@ -1011,6 +1023,7 @@ void qm__small_pend_regen(void) {
     qm_store8(at, qm_canary_before(s, c));
     e->slot = s;
   }
+  qm_busy_leave(was);
 }
 
 /* (no steering state: small chunks are not in use) */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -258,6 +259,62 @@ static int signal_split_free(int trials) {
   return every_trial_aborts(trials, signal_split_free_child);
 }
 
+/* A free from a signal handler landing inside the flush of the parked
+ * frees that fork's prepare handler runs. The signal is made to land there
+ * every time: the canary of the first parked chunk sits on a page made
+ * PROT_NONE, so the flush's canary load faults, and the SIGSEGV handler
+ * restores the page and frees one more chunk, the 32nd parked since the
+ * ring was last emptied (by an earlier fork). No chunk may then be handed
+ * out twice; exits 1 if one is. In checked mode nothing is parked and the
+ * flush takes no fault. */
+static unsigned char *flush_page;
+static void *flush_extra;
+static volatile sig_atomic_t flush_faults;
+static void flush_segv(int sig, siginfo_t *si, void *uc) {
+  (void)sig, (void)si, (void)uc;
+  flush_faults++;
+  mprotect(flush_page, 4096, PROT_READ | PROT_WRITE);
+  free(flush_extra);
+}
+static void fork_and_wait(void) {
+  pid_t pid = fork();
+  if (!pid)
+    _exit(0);
+  if (pid > 0)
+    waitpid(pid, NULL, 0);
+}
+static int signal_in_flush(void) {
+  enum { N = 64, PARKED = 31, SIZE = 48 };
+  unsigned char *p[N], *q[N];
+  for (int i = 0; i < N; i++)
+    p[i] = opaque(malloc(SIZE));
+  flush_extra = opaque(malloc(SIZE));
+  fork_and_wait(); /* nothing parked from here on */
+  for (int i = 0; i < PARKED; i++)
+    free(p[i]);
+  flush_page = (unsigned char *)((uintptr_t)(p[0] + SIZE) & ~(uintptr_t)4095);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = flush_segv;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &sa, NULL);
+  mprotect(flush_page, 4096, PROT_NONE);
+  fork_and_wait();
+  mprotect(flush_page, 4096, PROT_READ | PROT_WRITE);
+  signal(SIGSEGV, SIG_DFL);
+  for (int i = 0; i < N; i++) {
+    q[i] = opaque(malloc(SIZE));
+    for (int j = 0; j < i; j++)
+      if (q[j] == q[i]) {
+        fprintf(stderr, "attack: %p handed out twice\n", (void *)q[i]);
+        return 1;
+      }
+  }
+  fprintf(stderr, "attack: %s, no chunk handed out twice\n",
+          flush_faults ? "a handler's free inside the flush" : "no fault in the flush");
+  return 0;
+}
+
 /* n bytes asked for, k written past them, with value v */
 ATTACK int overflow(size_t n, size_t k, int v) {
   unsigned char *p = opaque(malloc(n));
@@ -469,6 +526,8 @@ int main(int argc, char **argv) {
     return signal_double_free(argc > 2 ? argv[2] : NULL);
   if (!strcmp(m, "signal-split-free"))
     return signal_split_free(argc > 2 ? atoi(argv[2]) : 200);
+  if (!strcmp(m, "signal-in-flush"))
+    return signal_in_flush();
   if (!strcmp(m, "overflow-1"))
     return overflow(20, 1, 'A');
   if (!strcmp(m, "overflow-8"))
