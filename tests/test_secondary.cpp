@@ -389,7 +389,10 @@ TEST_F(Large, CallocOfAFreshChunkTouchesNothing) {
   long f0 = qmt_minflt();
   char *p = static_cast<char *>(qm_calloc(1, 4 * MiB));
   long faults = qmt_minflt() - f0;
-  EXPECT_LE(faults, 2) << "fresh pages are zero: no memset";
+  // metadata pages at most; and where a move takes one mapping only (5.10,
+  // 5.15) a fresh belt chunk's user page is written at birth (one fault:
+  // 3 seen on 5.10.265 stock)
+  EXPECT_LE(faults, qmt_move_spans_vmas() ? 2 : 3) << "fresh pages are zero: no memset";
   EXPECT_TRUE(all_bytes(p, 4 * MiB, 0));
   qm_free(p);
 }
