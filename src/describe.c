@@ -6,8 +6,8 @@
 #include "guarded.h"
 #include "init.h"
 #include "large_report.h"
+#include "place.h"
 #include "primary.h"
-#include "report.h"
 #include "smallstate.h"
 
 bool qm__describe(uintptr_t a, qm_place_t *pl) {

@@ -91,7 +91,7 @@ static void on_segv(int sig, siginfo_t *si, void *ctx) {
   if (pl.access == QM_ACC_LIVE)
     return;
   if (pl.chunk && pl.kind == QM_CK_LARGE)
-    qm__large_report_stacks((const void *)a);
+    qm__report_kept_stacks((const void *)a);
   qm__report_fault_summary(&pl, pc + k, n - k);
 }
 

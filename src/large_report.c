@@ -1,6 +1,7 @@
 /* large_report.c: what lies at an address in a large chunk's mapping (the
  * large side of qm__describe), and the stacks that freed and allocated the
- * chunk, which follow every report about it. Lock-free and allocation-free,
+ * chunk, which follow every report about it (report.c prints them: this
+ * file gives data only). Lock-free and allocation-free,
  * for the SIGSEGV handler: the record is found through the address index
  * (qm__rec_find); records and stack entries never move, and are
  * read racily (counts clamped).
@@ -9,7 +10,7 @@
 
 #include "belt.h"
 #include "large_record.h"
-#include "report.h"
+#include "stack.h"
 
 bool qm__large_describe(uintptr_t a, qm_place_t *pl) {
   qm_buf_t *d = &pl->words;
@@ -71,43 +72,31 @@ bool qm__large_describe(uintptr_t a, qm_place_t *pl) {
   return true;
 }
 
-void qm__large_report_stacks(const void *addr) {
-  uintptr_t a = (uintptr_t)addr;
+bool qm__large_kept(uintptr_t a, qm_kept_t *k) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !LF.blk || !LF.frames)
-    return;
+    return false;
   uint32_t i = qm__rec_find(a);
-  if (i != NIL) {
-    const block_t *b = &LF.blk[i];
-    stk_t *e = qm__stk_at((uint32_t)i);
-    if (!e)
-      return;
-    /* racy reads, as in qm__large_describe: counts are clamped */
-    const uintptr_t *pcs = qm__stk_pcs(e);
-    unsigned nf = e->nfree < LF.frames ? e->nfree : LF.frames;
-    unsigned na = e->nalloc < LF.frames ? e->nalloc : LF.frames;
-    bool freed =
-        b->state == B_QUAR || b->state == B_DEAD || (b->state == B_BUSY && (b->flags & F_FREED));
-    qm_buf_t l;
-    l.n = 0;
-    if (freed) {
-      uint64_t now = qm__clock_ms();
-      qm_buf_str(&l, "  freed by thread ");
-      qm_buf_dec(&l, e->free_tid);
-      qm_buf_str(&l, ", ");
-      qm_buf_dec(&l, qm__rec_frees() - e->free_seq);
-      qm_buf_str(&l, " large frees and ");
-      qm_buf_dec(&l, now > e->free_ms ? now - e->free_ms : 0);
-      qm_buf_str(&l, " ms ago, here:\n");
-      qm__report_out(&l);
-      qm__stack_print(pcs + LF.frames, nf);
-      qm_buf_str(&l, "  previously allocated by thread ");
-    } else {
-      qm_buf_str(&l, "  allocated by thread ");
-    }
-    qm_buf_dec(&l, e->alloc_tid);
-    qm_buf_str(&l, " here:\n");
-    qm__report_out(&l);
-    qm__stack_print(pcs, na);
-    return;
+  if (i == NIL)
+    return false;
+  const block_t *b = &LF.blk[i];
+  stk_t *e = qm__stk_at(i);
+  if (!e)
+    return false;
+  /* racy reads, as in qm__large_describe: counts are clamped */
+  const uintptr_t *pcs = qm__stk_pcs(e);
+  k->freed =
+      b->state == B_QUAR || b->state == B_DEAD || (b->state == B_BUSY && (b->flags & F_FREED));
+  k->alloc_tid = e->alloc_tid;
+  k->free_tid = e->free_tid;
+  k->alloc_pc = pcs;
+  k->free_pc = pcs + LF.frames;
+  k->nalloc = e->nalloc < LF.frames ? e->nalloc : LF.frames;
+  k->nfree = e->nfree < LF.frames ? e->nfree : LF.frames;
+  k->frees_ago = k->ms_ago = 0;
+  if (k->freed) {
+    uint64_t now = qm__clock_ms();
+    k->frees_ago = qm__rec_frees() - e->free_seq;
+    k->ms_ago = now > e->free_ms ? now - e->free_ms : 0;
   }
+  return true;
 }

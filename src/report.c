@@ -1,6 +1,7 @@
 /* report.c: the catalogue of fatal reports, one function per kind, and the
  * one formatter they share (emit_head, emit_summary: the kind's words are
- * facts, never read back from formatted text); warnings. Fatal reports end
+ * facts, never read back from formatted text), which also prints a large
+ * chunk's kept stacks from what large_report.c reads; warnings. Fatal reports end
  * in abort() so that a core dump and the SIGABRT reach whoever watches the
  * process; a second fatal error while reporting aborts at once. The log file
  * is opened at the first line written, by the process writing it.
@@ -15,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "large_report.h"
 #include "options.h"
 #include "stack.h"
 
@@ -210,6 +212,32 @@ void qm__report_call_stack(const char *heading, const uintptr_t *pc, unsigned n)
   qm__stack_print(pc, n < call_frames() ? n : call_frames());
 }
 
+void qm__report_kept_stacks(const void *addr) {
+  qm_kept_t k;
+  if (!qm__large_kept((uintptr_t)addr, &k))
+    return;
+  qm_buf_t l;
+  l.n = 0;
+  if (k.freed) {
+    qm_buf_str(&l, "  freed by thread ");
+    qm_buf_dec(&l, k.free_tid);
+    qm_buf_str(&l, ", ");
+    qm_buf_dec(&l, k.frees_ago);
+    qm_buf_str(&l, " large frees and ");
+    qm_buf_dec(&l, k.ms_ago);
+    qm_buf_str(&l, " ms ago, here:\n");
+    qm__report_out(&l);
+    qm__stack_print(k.free_pc, k.nfree);
+    qm_buf_str(&l, "  previously allocated by thread ");
+  } else {
+    qm_buf_str(&l, "  allocated by thread ");
+  }
+  qm_buf_dec(&l, k.alloc_tid);
+  qm_buf_str(&l, " here:\n");
+  qm__report_out(&l);
+  qm__stack_print(k.alloc_pc, k.nalloc);
+}
+
 static __attribute__((noinline)) void offending_call(offender_t *o) {
   o->n = qm__stack_capture(o->pc, QM_STACK_MAX);
   qm__report_call_stack("detected in a call", o->pc, o->n);
@@ -227,7 +255,7 @@ static _Noreturn void fatal(const head_t *h) {
   offender_t o;
   offending_call(&o);
   if (h->large)
-    qm__large_report_stacks(h->ptr);
+    qm__report_kept_stacks(h->ptr);
   emit_summary(h, o.pc, o.n);
   die();
 }

@@ -12,51 +12,11 @@
 #define QM_REPORT_H
 
 #include "fmt.h"
+#include "place.h"
 #include "qm.h"
 
-/* What an access at an address hit, as the one description of addresses
- * (qm__describe) gives it: the SIGSEGV report's kind and qm_describe()'s
- * first words. QM_ACC_LIVE is no error of qmalloc's: inside a live chunk
- * (a fault there is the program's own protection). */
-typedef enum qm_access {
-  QM_ACC_UAF,
-  QM_ACC_OVERFLOW,
-  QM_ACC_UNDERFLOW,
-  QM_ACC_GUARD, /* a guard between runs of small chunks: either way */
-  QM_ACC_WILD,
-  QM_ACC_LIVE,
-} qm_access_t;
+/* The words of an access kind ("use-after-free"). */
 const char *qm__access_name(qm_access_t k);
-
-/* The kinds of chunk, as reports name them ("<kind> chunk"). */
-typedef enum qm_chunk_kind {
-  QM_CK_SMALL,
-  QM_CK_SAMPLED, /* a small chunk in a guarded slot of its own */
-  QM_CK_LARGE,
-  QM_CK_ZERO,
-  QM_CK_BOOT, /* the start-up arena's */
-} qm_chunk_kind_t;
-
-/* What lies at an address: filled by qm__describe() (describe.c) from the
- * part of qmalloc that owns it, and read by the SIGSEGV report, the reports
- * of bad pointers and qm_describe(). Decisions are taken on these fields,
- * never on the words. */
-typedef struct qm_place {
-  qm_access_t access; /* what an access there hits */
-  bool chunk;         /* in or by a chunk: kind, user and size hold */
-  bool plain;         /* memory qmalloc never protects: a fault there is
-                       * none of its guards */
-  qm_chunk_kind_t kind;
-  uintptr_t user; /* the chunk's user pointer */
-  size_t size;    /* its requested bytes */
-  qm_buf_t words; /* "offset 8 in freed small chunk of 24 bytes ..." */
-} qm_place_t;
-
-/* Describes address a (pl->words appended to, from empty): whether it lies
- * in memory qmalloc manages, and what is there. Lock-free and
- * allocation-free (called from the SIGSEGV handler); racy reads of the
- * records at worst describe them a moment old. */
-bool qm__describe(uintptr_t a, qm_place_t *pl);
 
 /* The operation a pointer was passed to: the first words of a report on a
  * pointer that is no live chunk's ("invalid free of", "realloc of"). */
@@ -122,8 +82,9 @@ _Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t 
 void qm__report_fault_line(uintptr_t a, const qm_place_t *pl, const char *rw) QM_COLD;
 void qm__report_fault_summary(const qm_place_t *pl, const uintptr_t *pc, unsigned n) QM_COLD;
 /* The kept stacks of the large chunk whose mapping holds addr (the freeing
- * and allocating threads), nothing elsewhere: lock-free (large_report.c). */
-void qm__large_report_stacks(const void *addr);
+ * and allocating threads, as qm__large_kept reads them), nothing
+ * elsewhere: lock-free. */
+void qm__report_kept_stacks(const void *addr);
 
 /* "  <heading> by thread N here:" and up to stack_frames (16 when 0)
  * frames of pc: the stack of the call or access that found an error. */

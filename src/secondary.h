@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 #include "fmt.h"
-#include "large_report.h"
 #include "qmalloc.h"
+#include "report.h"
 
 /* NULL with errno ENOMEM on failure. align: a power of two (page or more is
  * honoured exactly; less is rounded up to a page). zero: calloc semantics. */
