@@ -67,7 +67,11 @@ static void *small_alloc(size_t n, size_t align) {
  * (not on a thread's first malloc, which arms it), else an ordinary chunk,
  * as when no slot can be had. */
 static QM_COLD void *sampled_malloc(size_t n) {
-  if (qm__sample_due()) {
+  /* the countdown re-armed either way; malloc(0) is never sampled: it is a
+   * slot of the zero-size region, whose every byte faults, not 16 bytes of
+   * a guarded slot (fuzz-api caught one at sample_rate's default). Under
+   * guard_all every allocation is guarded, malloc(0) too. */
+  if (qm__sample_due() && (n || qm__opt.guard_all)) {
     void *g = qm__guarded_alloc(n, 0);
     if (g)
       return g;

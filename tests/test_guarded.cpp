@@ -285,6 +285,32 @@ TEST(SampleRate, OneInNAreGuarded) {
   qmt_options_init();
 }
 
+// malloc(0) stays a zero-size slot when its malloc is the sampled one: every
+// malloc is at sample_rate=1, in a new thread whose first malloc arms it.
+TEST(SampleRate, MallocOfZeroIsNeverSampled) {
+  ASSERT_EQ(qmt_options_apply("sample_rate=1"), 0);
+  uint64_t guarded = 0;
+  std::vector<void *> zero;
+  std::thread([&] {
+    qm_free(qm_malloc(24));
+    qm_stats_t s0 = stats();
+    for (int i = 0; i < 100; i++)
+      zero.push_back(qm_malloc(0));
+    guarded = stats().guarded_allocs - s0.guarded_allocs;
+    void *p = qm_malloc(24); // and the next malloc is sampled again
+    EXPECT_EQ(stats().guarded_allocs - s0.guarded_allocs, 1u);
+    qm_free(p);
+  }).join();
+  EXPECT_EQ(guarded, 0u);
+  for (void *p : zero) {
+    char buf[256];
+    qm_describe(p, buf, sizeof buf);
+    EXPECT_NE(std::string(buf).find("zero"), std::string::npos) << buf;
+    qm_free(p);
+  }
+  qmt_options_init();
+}
+
 TEST(SampleRate, OffMeansNone) {
   ASSERT_EQ(qmt_options_apply("sample_rate=0"), 0);
   for (int i = 0; i < 3000000; i++) // past any countdown armed before
