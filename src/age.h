@@ -1,8 +1,10 @@
 /* age.h: the aging queue, a FIFO ring that holds what was freed until it has
  * waited long enough: the guarded slots' quarantine, the zero-size slots,
- * checked mode's delayed small frees, the large chunks' dead records.
- * Invariants: head < cap, n <= cap; the k-th oldest entry is at position
- * (head + k) mod cap; entries leave oldest first, never from within.
+ * checked mode's delayed small frees, the large chunks' quarantine and
+ * their dead records. Invariants: head < cap, n <= cap; the k-th oldest
+ * entry is at position (head + k) mod cap; entries leave oldest first, or
+ * (uint32_t entries) from within, marked QM_AGE_EMPTY where they were,
+ * still counted in n until the head passes them or the queue is compacted.
  */
 #ifndef QM_AGE_H
 #define QM_AGE_H
@@ -65,6 +67,61 @@ typedef struct qm_aged {
  * few thousand entries, d far below that). */
 QM_INLINE bool qm_age_due(const qm_age_t *q, const qm_aged_t *e, uint32_t now, uint32_t d) {
   return q->n && now - e[q->head].at > d;
+}
+
+/* ---- leaving from within ----
+ * A user whose entries may leave before their turn (a large chunk reused
+ * from a bin or unmapped by a budget; a dead record forgotten) keeps
+ * uint32_t entries and writes QM_AGE_EMPTY over one that left: O(1), the
+ * order of the rest kept. Empty entries still count in n: the oldest ones
+ * go with qm_age_skip, the rest when the user compacts a full queue
+ * (qm_age_compact). A mark, where the user keeps one (the large
+ * quarantine's aged prefix), is an offset from the oldest entry, <= n:
+ * both keep it on the same entry, or on the first one after it that did
+ * not leave. */
+#define QM_AGE_EMPTY UINT32_MAX
+
+/* Pops the empty entries at the head: the oldest entry is one that did not
+ * leave, or the queue is empty. */
+QM_INLINE void qm_age_skip(qm_age_t *q, const uint32_t *e, uint32_t cap, uint32_t *mark) {
+  while (q->n && e[q->head] == QM_AGE_EMPTY) {
+    qm_age_pop(q, cap);
+    if (mark && *mark)
+      (*mark)--;
+  }
+}
+
+/* Drops the empty entries: the others move toward the oldest, in order,
+ * and moved(entry, position) is told each new position (the user keeps
+ * them to empty an entry in O(1)). With newcap > cap the queue grows to
+ * newcap positions (newcap >= 2 * cap: no entry wraps while it moves); the
+ * positions from cap on are the user's storage, made ready. O(n): a user
+ * that compacts only a full queue, and grows it when fewer than half its
+ * entries are empty, pays O(1) a push. */
+static inline void qm_age_compact(qm_age_t *q, uint32_t *e, uint32_t cap, uint32_t newcap,
+                                  uint32_t *mark, void (*moved)(uint32_t entry, uint32_t at)) {
+  QM_DCHECK(newcap == cap || newcap >= 2 * cap);
+  uint32_t kept = 0, m = mark ? *mark : 0, newmark = 0;
+  for (uint32_t k = 0; k < q->n; k++) {
+    if (k == m)
+      newmark = kept;
+    uint32_t from = qm_age_at(q, k, cap), x = e[from];
+    if (x == QM_AGE_EMPTY)
+      continue;
+    /* the write trails the read: in place, or past cap into the new part */
+    uint32_t to = q->head + kept++;
+    if (to >= newcap)
+      to -= newcap;
+    if (to != from) {
+      e[to] = x;
+      moved(x, to);
+    }
+  }
+  if (m >= q->n)
+    newmark = kept;
+  q->n = kept;
+  if (mark)
+    *mark = newmark;
 }
 
 #endif

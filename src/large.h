@@ -65,7 +65,9 @@ typedef struct block {
   size_t lead;
   uint64_t seq, mark; /* large frees / bytes freed when it was quarantined */
   uint64_t odo;       /* the belt's odometer when it was freed */
-  uint32_t qprev, qnext, bprev, bnext;
+  /* the quarantine's: its place in the FIFO (a position of LF.qring)
+   * while it is in it; its bin's list (free records: the free list) */
+  uint32_t qpos, bprev, bnext;
   uint32_t anext;                     /* the next record of its address index bucket */
   uint8_t state, flags, vmas, bclass; /* bclass: its bin while F_INBIN */
   /* log2 of the alignment a live chunk was requested with (aligned_alloc

@@ -1,6 +1,7 @@
 /* large_record.c: the records of large chunks and all that is kept of
  * them: the record table (reserved once and committed as it grows, so a
- * record never moves and the SIGSEGV handler reads it without the lock),
+ * record never moves and the SIGSEGV handler reads it without the lock;
+ * the quarantine's FIFO ring is reserved after it, the quarantine's),
  * the user pointer -> record hash, the address index, the stack table
  * beside the records, the ring of dead records, the count of mappings and
  * address space the records hold, and the clock of large frees they are
@@ -23,14 +24,14 @@ qm_large_t qm__large = {.lock = QM_LOCK_INIT};
 
 static struct {
   size_t nblk, blk_committed; /* records in use (high water), RW */
-  uint32_t free_rec;          /* the free records, linked by qnext */
+  uint32_t free_rec;          /* the free records, linked by bnext */
   slot_t *tab;                /* the hash: user pointer -> record */
   size_t tab_cap, tab_used;
   /* the stack table: per record, frames allocating then frames freeing */
   uintptr_t *stk[MAX_RECORDS / STK_SEG];
   size_t stk_committed; /* records whose entries are mapped */
   /* dead records, oldest first: positions of dead_q, an aging queue of
-   * DEAD_MAX; NIL: forgotten early, left in place until it is the oldest */
+   * DEAD_MAX; QM_AGE_EMPTY: forgotten early (left from within) */
   uint32_t dead[DEAD_MAX];
   qm_age_t dead_q;
   bool prefilled; /* the ring's storage made ready (qm__dead_push) */
@@ -52,15 +53,30 @@ _Static_assert(DEAD_MAX <= UINT16_MAX + 1, "a dead record's place in the ring fi
 
 /* Reserves the record table: as large as the address space allows, down to
  * 2048 records under a tight RLIMIT_AS. Retried on later allocations if it
- * failed at start-up, so one ENOMEM does not disable large chunks for good. */
+ * failed at start-up, so one ENOMEM does not disable large chunks for good.
+ * After the records, the quarantine's FIFO ring (LF.qring): an entry per
+ * record, since it holds records, so it never needs more and can never
+ * fail to grow where the table did not; RW at once (address space until
+ * the quarantine reaches its pages). */
+static size_t blk_bytes(size_t n) { return qm_page_up(n * sizeof(block_t)); }
+
+static size_t qring_bytes(size_t n) { return qm_page_up(n * sizeof(uint32_t)); }
+
 bool qm__blk_reserve(void) {
   for (size_t n = MAX_RECORDS; n >= 2048; n /= 8) {
     void *p;
     /* guarded: records hold chunk addresses, and a committed prefix that
      * reaches the end must not touch a neighbour */
-    if (qm_os_map_guarded(qm_page_up(n * sizeof(block_t)), QM_PROT_NONE, &p) == 0) {
+    size_t len = blk_bytes(n) + qring_bytes(n);
+    if (qm_os_map_guarded(len, QM_PROT_NONE, &p) == 0) {
+      uint32_t *ring = (uint32_t *)((char *)p + blk_bytes(n));
+      if (qm_os_protect(ring, qring_bytes(n), QM_PROT_NONE, QM_PROT_RW)) {
+        qm_os_unmap_guarded(p, len);
+        continue;
+      }
       LF.blk = p;
       LF.blk_max = n;
+      LF.qring = ring;
       /* the retry of a later request: the rest is set, seal it now */
       if (atomic_load_explicit(&S.ready, memory_order_relaxed))
         qm__late_seal(qm__lfix);
@@ -138,7 +154,7 @@ uint32_t qm__rec_alloc(void) {
     return NIL;
   if (R.free_rec != NIL) {
     uint32_t i = R.free_rec;
-    R.free_rec = B(i)->qnext;
+    R.free_rec = B(i)->bnext;
     return i;
   }
   if (R.nblk == LF.blk_max)
@@ -163,7 +179,7 @@ void qm__rec_free(uint32_t i) {
     addr_remove(i);
   memset(b, 0, sizeof *b);
   b->state = B_UNUSED;
-  b->qnext = R.free_rec;
+  b->bnext = R.free_rec;
   R.free_rec = i;
 }
 
@@ -411,7 +427,7 @@ bool qm__dead_push(uint32_t i) {
   }
   if (qm_age_full(&R.dead_q, DEAD_MAX)) {
     uint32_t old = R.dead[qm_age_pop(&R.dead_q, DEAD_MAX)];
-    if (old != NIL)
+    if (old != QM_AGE_EMPTY)
       dead_forget(old);
   }
   uint32_t at = qm_age_push(&R.dead_q, DEAD_MAX);
@@ -421,13 +437,13 @@ bool qm__dead_push(uint32_t i) {
 }
 
 /* Forgets the dead records on list k.. of the address index whose range
- * meets [lo, hi); their places in the ring are left NIL. */
+ * meets [lo, hi); their places in the ring are emptied. */
 static void evict_list(uint32_t k, uintptr_t lo, uintptr_t hi) {
   while (k) {
     block_t *b = B(k - 1);
     uint32_t next = b->anext; /* forgetting unlinks it */
     if (b->state == B_DEAD && b->base < hi && b->base + b->span > lo) {
-      R.dead[b->dpos] = NIL;
+      R.dead[b->dpos] = QM_AGE_EMPTY;
       dead_forget(k - 1);
     }
     k = next;
@@ -449,8 +465,7 @@ void qm__dead_evict(uintptr_t lo, uintptr_t hi) {
     g = last - ABUCKETS + 1;
   for (; g <= last; g++)
     evict_list(atomic_load_explicit(&R.abucket[g % ABUCKETS], memory_order_relaxed), lo, hi);
-  while (R.dead_q.n && R.dead[R.dead_q.head] == NIL)
-    qm_age_pop(&R.dead_q, DEAD_MAX);
+  qm_age_skip(&R.dead_q, R.dead, DEAD_MAX, NULL);
 }
 
 #ifdef QM_TEST_HOOKS
@@ -459,7 +474,7 @@ size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {
   qm_lock(&S.lock);
   if (LF.blk && n < cap) {
     out[n][0] = (uintptr_t)LF.blk;
-    out[n++][1] = (uintptr_t)LF.blk + qm_page_up(LF.blk_max * sizeof(block_t));
+    out[n++][1] = (uintptr_t)LF.blk + blk_bytes(LF.blk_max) + qring_bytes(LF.blk_max);
   }
   if (R.tab && n < cap) {
     out[n][0] = (uintptr_t)R.tab;

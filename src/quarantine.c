@@ -1,6 +1,7 @@
 /* quarantine.c: freed large chunks between their free and their reuse or
- * unmapping, as lists through their records: the FIFO (oldest first, Q.age
- * its first chunk not aged), the hot and cold bins of aged chunks, the
+ * unmapping: the FIFO (an aging queue of records, oldest first, Q.age its
+ * aged prefix), the hot and cold bins of aged chunks (lists through the
+ * records), the
  * limits (chunk cap, mapping budget, resident budget) and the chunks that
  * go when one is passed, the reuse choice and the gathering of pooled
  * pages. Its state is Q, private to this file, under S.lock; it makes no
@@ -19,7 +20,14 @@
 
 /* The quarantine's state, all of it under S.lock. */
 static struct {
-  uint32_t qhead, qtail, age; /* the FIFO, oldest first; its first chunk not aged */
+  /* the FIFO, oldest first: positions of LF.qring holding record indices
+   * (a chunk's own in its qpos), QM_AGE_EMPTY where a chunk left from
+   * within; cap positions in use, a power of two up to LF.blk_max (0 until
+   * the first chunk enters); age, the aged prefix: the entries, empty ones
+   * included, before the first chunk not aged (fifo.n: all are) */
+  qm_age_t fifo;
+  uint32_t cap, age;
+  uint32_t pushes; /* chunks entered, counted up to PREFILL_AT */
   /* aged chunks: hot[] by resident pages (dirty), cold[] (none resident) by
    * capacity; nhot[] counts the hot bins, demand[] the requests per class */
   uint32_t hot[NBINS], cold[NBINS], nhot[NBINS], demand[NBINS];
@@ -33,7 +41,6 @@ static struct {
 } Q;
 
 void qm__q_init(void) {
-  Q.qhead = Q.qtail = Q.age = NIL;
   for (unsigned c = 0; c < NBINS; c++)
     Q.hot[c] = Q.cold[c] = NIL;
 }
@@ -94,43 +101,84 @@ static void bin_remove(uint32_t i) {
     Q.nhot[b->bclass]--;
 }
 
-/* The FIFO is a list through the records, not an aging queue (age.h): a
- * chunk leaves it from within, whenever a request reuses it from a bin, a
- * belt chunk is buried or the budgets unmap the oldest chunk not BUSY. */
+/* The FIFO is an aging queue (age.h) of record indices: a chunk leaves it
+ * from within, whenever a request reuses it from a bin, a belt chunk is
+ * buried or the budgets unmap the oldest chunk not BUSY, by emptying its
+ * entry (found by its qpos). A full ring is compacted, or doubled if fewer
+ * than half its entries are empty: O(1) a push. It can always take one
+ * more: it holds records, at most LF.blk_max entries, and the chunk
+ * entering is not among them. */
+static void fifo_moved(uint32_t i, uint32_t at) { B(i)->qpos = at; }
+
+/* Writes to the pages of positions [from, to) (the entries as they are):
+ * faulted in now, while the ring grows or a program starts to churn large
+ * chunks, and not one at a time as the pushes first reach them (a fault in
+ * a thousand frees in the midst of churn, as long as the ring had never
+ * wrapped). */
+static void fifo_touch(uint32_t from, uint32_t to) {
+  uint32_t step = (uint32_t)(qm__page / sizeof(uint32_t));
+  for (uint32_t k = from; k < to; k = (k | (step - 1)) + 1) {
+    volatile uint32_t *e = &LF.qring[k];
+    *e = *e;
+  }
+}
+
+/* Chunks entered after which the ring's pages are touched (fifo_touch):
+ * the program churns large chunks. */
+#define PREFILL_AT 256
+
+/* The first capacity: twice the aged chunks the cap allows (the chunks in
+ * the window come on top, and half empty is when the ring grows). */
+static uint32_t fifo_cap0(void) {
+  size_t want = 2 * ((size_t)qm__opt.quarantine_max_chunks + 1), cap = 64;
+  while (cap < want && cap < LF.blk_max)
+    cap *= 2;
+  return (uint32_t)(cap < LF.blk_max ? cap : LF.blk_max);
+}
+
+static void fifo_room(void) {
+  uint32_t cap = Q.cap, newcap = cap;
+  if (Q.qcount >= cap / 2 && cap < LF.blk_max) {
+    newcap = cap * 2;
+    fifo_touch(cap, newcap);
+  }
+  qm_age_compact(&Q.fifo, LF.qring, cap, newcap, &Q.age, fifo_moved);
+  Q.cap = newcap;
+  QM_CHECK(!qm_age_full(&Q.fifo, Q.cap));
+}
+
 static void q_append(uint32_t i) {
   block_t *b = B(i);
-  b->qnext = NIL;
-  b->qprev = Q.qtail;
-  if (Q.qtail != NIL)
-    B(Q.qtail)->qnext = i;
-  else
-    Q.qhead = i;
-  Q.qtail = i;
-  if (Q.age == NIL)
-    Q.age = i;
+  if (!Q.cap)
+    Q.cap = fifo_cap0();
+  if (qm_age_full(&Q.fifo, Q.cap))
+    fifo_room();
+  if (Q.pushes < PREFILL_AT && ++Q.pushes == PREFILL_AT)
+    fifo_touch(0, Q.cap);
+  uint32_t at = qm_age_push(&Q.fifo, Q.cap);
+  LF.qring[at] = i;
+  b->qpos = at;
   Q.qcount++;
   Q.qpages += b->cap;
   Q.qresident += b->dirty;
 }
 
-/* Takes a chunk out of the quarantine (to reuse or unmap it). */
+/* Takes a chunk out of the quarantine (to reuse or unmap it). Its place
+ * is checked first: a corrupted qpos must not empty another's. */
 void qm__q_unlink(uint32_t i) {
   block_t *b = B(i);
+  QM_CHECK(b->qpos < Q.cap && LF.qring[b->qpos] == i);
   bin_remove(i);
-  if (Q.age == i)
-    Q.age = b->qnext;
-  if (b->qprev != NIL)
-    B(b->qprev)->qnext = b->qnext;
-  else
-    Q.qhead = b->qnext;
-  if (b->qnext != NIL)
-    B(b->qnext)->qprev = b->qprev;
-  else
-    Q.qtail = b->qprev;
+  LF.qring[b->qpos] = QM_AGE_EMPTY;
+  qm_age_skip(&Q.fifo, LF.qring, Q.cap, &Q.age);
   Q.qcount--;
   Q.qpages -= b->cap;
   Q.qresident -= b->dirty;
 }
+
+/* The k-th oldest entry of the FIFO (k < fifo.n): a record index, or
+ * QM_AGE_EMPTY. */
+static uint32_t fifo_at(uint32_t k) { return LF.qring[qm_age_at(&Q.fifo, k, Q.cap)]; }
 
 /* Moves every chunk that has aged enough (min frees and min bytes freed
  * after it) into the bins where allocation looks. FIFO order makes the aged
@@ -146,14 +194,16 @@ static bool aged(const block_t *b) {
 }
 
 void qm__q_age(void) {
-  while (Q.age != NIL) {
-    block_t *b = B(Q.age);
+  for (; Q.age < Q.fifo.n; Q.age++) {
+    uint32_t i = fifo_at(Q.age);
+    if (i == QM_AGE_EMPTY)
+      continue;
+    block_t *b = B(i);
     if (!aged(b))
       break;
     /* a chunk BUSY being dropped is binned when it comes back */
     if (!(b->flags & F_NOREUSE) && b->state == B_QUAR)
-      bin_insert(Q.age);
-    Q.age = b->qnext;
+      bin_insert(i);
   }
 }
 
@@ -470,13 +520,14 @@ void qm__q_ungather(const piece_t *p, unsigned n) {
  * mappings no longer count against the budget the next choice reads. */
 static bool take_unmap_victim(victims_t *v, bool unaged_too) {
   bool window = false;
-  for (uint32_t i = Q.qhead; i != NIL; i = B(i)->qnext) {
-    if (i == Q.age) {
+  for (uint32_t k = 0; k < Q.fifo.n; k++) {
+    if (k == Q.age) {
       if (!unaged_too)
         break;
       window = true;
     }
-    if (B(i)->state != B_QUAR)
+    uint32_t i = fifo_at(k);
+    if (i == QM_AGE_EMPTY || B(i)->state != B_QUAR)
       continue;
     qm__q_unlink(i);
     bool belt = B(i)->flags & F_BELT; /* buried: its range stays the belt's */
@@ -492,9 +543,11 @@ static bool take_unmap_victim(victims_t *v, bool unaged_too) {
 size_t qm__q_mapped_bytes(void) {
   size_t n = 0;
   qm_lock(&S.lock);
-  for (uint32_t i = Q.qhead; i != NIL; i = B(i)->qnext)
-    if (B(i)->state == B_QUAR)
+  for (uint32_t k = 0; k < Q.fifo.n; k++) {
+    uint32_t i = fifo_at(k);
+    if (i != QM_AGE_EMPTY && B(i)->state == B_QUAR)
       n += B(i)->span;
+  }
   qm_unlock(&S.lock);
   return n;
 }
@@ -559,9 +612,11 @@ static bool chosen_to_drop(const victims_t *v, uint32_t i) {
  * so the one whose pages are dropped when only the window is left. Not one
  * chosen already (it is still QUAR until the secondary marks it). */
 static uint32_t youngest_resident(const victims_t *v) {
-  for (uint32_t i = Q.qtail; i != NIL; i = B(i)->qprev)
-    if (B(i)->state == B_QUAR && B(i)->dirty && !chosen_to_drop(v, i))
+  for (uint32_t k = Q.fifo.n; k-- > 0;) {
+    uint32_t i = fifo_at(k);
+    if (i != QM_AGE_EMPTY && B(i)->state == B_QUAR && B(i)->dirty && !chosen_to_drop(v, i))
       return i;
+  }
   return NIL;
 }
 
@@ -613,7 +668,14 @@ void qm__q_choose_all(victims_t *v, bool unaged_too) {
 
 size_t qm__q_choose_resident(victims_t *v) {
   size_t bytes = 0;
-  for (uint32_t i = Q.qhead; i != NIL && v->ndrop < VICTIMS; i = B(i)->qnext) {
+  /* by position from the oldest as it was: a belt chunk taken leaves the
+   * FIFO, and the head may move past its emptied entry; nothing enters
+   * meanwhile */
+  qm_age_t walk = Q.fifo;
+  for (uint32_t k = 0; k < walk.n && v->ndrop < VICTIMS; k++) {
+    uint32_t i = LF.qring[qm_age_at(&walk, k, Q.cap)];
+    if (i == QM_AGE_EMPTY)
+      continue;
     block_t *b = B(i);
     if (b->state != B_QUAR || !b->dirty)
       continue;

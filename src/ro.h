@@ -29,6 +29,9 @@ typedef struct qm_large_fixed {
   unsigned frames;   /* option stack_frames */
   struct block *blk; /* the record table, blk_max records reserved */
   size_t blk_max;    /* 0 until the table is reserved */
+  /* the large quarantine's FIFO (quarantine.c): blk_max entries, reserved
+   * with the table */
+  uint32_t *qring;
   size_t map_budget; /* mappings the large quarantine may add */
   size_t thp_size;   /* PMD size where THP can be had, else 0 */
   /* the belt (belt.c): its reservation, 0 without one; its segments; the

@@ -471,8 +471,6 @@ static void publish_fresh(uint32_t i, const qm_range_t *r, size_t cap, size_t ne
                     .lead = lead,
                     .state = B_BUSY,
                     .flags = flags,
-                    .qprev = NIL,
-                    .qnext = NIL,
                     .bprev = NIL,
                     .bnext = NIL};
   qm__rec_publish(i);
@@ -605,8 +603,6 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
                  .state = B_BUSY,
                  .flags = (uint8_t)(F_BELT | (huge ? F_HUGE : 0) | (split ? F_SPLIT : 0)),
                  .extra_vmas = more_vmas(o->extra_vmas, moved && open > moved),
-                 .qprev = NIL,
-                 .qnext = NIL,
                  .bprev = NIL,
                  .bnext = NIL};
   qm__rec_publish(j);
@@ -789,8 +785,6 @@ static void *gather_reuse(gather_t *g, size_t size, unsigned ashift, size_t page
                  .state = B_BUSY,
                  .flags = (uint8_t)(F_BELT | (huge ? F_HUGE : 0) | (parts > 1 ? F_SPLIT : 0)),
                  .extra_vmas = (uint8_t)(parts - 1),
-                 .qprev = NIL,
-                 .qnext = NIL,
                  .bprev = NIL,
                  .bnext = NIL};
   qm__rec_publish(j);
@@ -1219,8 +1213,6 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
                  .state = B_LIVE,
                  .flags = (noreuse ? F_NOREUSE : 0) | F_SPLIT | (belt ? F_BELT : 0),
                  .extra_vmas = more_vmas(o->extra_vmas, 1),
-                 .qprev = NIL,
-                 .qnext = NIL,
                  .bprev = NIL,
                  .bnext = NIL};
   qm__set_vmas(b, true);

@@ -79,6 +79,56 @@ uintptr_t qmt_age_pop_due(uint32_t now, uint32_t d) {
   return age_ring[qm_age_pop(&age_q, age_cap)].item;
 }
 
+/* The queue with entries that leave from within, as the large quarantine
+ * drives it: positions kept per item, a mark, a full queue compacted or
+ * grown (fewer than half its entries empty) up to max. */
+static uint32_t age32_ring[64], age32_pos[256], age32_cap, age32_max, age32_mark;
+static qm_age_t age32_q;
+void qmt_age32_reset(uint32_t cap, uint32_t max) {
+  age32_q = (qm_age_t){0, 0};
+  age32_cap = cap;
+  age32_max = max < 64 ? max : 64;
+  age32_mark = 0;
+}
+static uint32_t age32_live(void) {
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < age32_q.n; k++)
+    n += age32_ring[qm_age_at(&age32_q, k, age32_cap)] != QM_AGE_EMPTY;
+  return n;
+}
+static void age32_moved(uint32_t item, uint32_t at) { age32_pos[item] = at; }
+void qmt_age32_push(uint32_t item) {
+  if (qm_age_full(&age32_q, age32_cap)) {
+    uint32_t cap = age32_cap, newcap = cap;
+    if (age32_live() >= cap / 2 && cap * 2 <= age32_max)
+      newcap = cap * 2;
+    qm_age_compact(&age32_q, age32_ring, cap, newcap, &age32_mark, age32_moved);
+    age32_cap = newcap;
+  }
+  uint32_t at = qm_age_push(&age32_q, age32_cap);
+  age32_ring[at] = item;
+  age32_pos[item] = at;
+}
+void qmt_age32_leave(uint32_t item) {
+  age32_ring[age32_pos[item]] = QM_AGE_EMPTY;
+  qm_age_skip(&age32_q, age32_ring, age32_cap, &age32_mark);
+}
+/* The entries from the oldest, QM_AGE_EMPTY where one left, into out[]
+ * (their positions checked against the items' own); returns n. */
+uint32_t qmt_age32_entries(uint32_t *out, bool *pos_ok) {
+  *pos_ok = true;
+  for (uint32_t k = 0; k < age32_q.n; k++) {
+    uint32_t at = qm_age_at(&age32_q, k, age32_cap);
+    out[k] = age32_ring[at];
+    if (out[k] != QM_AGE_EMPTY && age32_pos[out[k]] != at)
+      *pos_ok = false;
+  }
+  return age32_q.n;
+}
+uint32_t qmt_age32_cap(void) { return age32_cap; }
+uint32_t qmt_age32_mark(void) { return age32_mark; }
+void qmt_age32_set_mark(uint32_t m) { age32_mark = m; }
+
 unsigned qmt_nclasses(void) { return QM_NCLASS; }
 unsigned qmt_class_of(size_t n) { return qm_class_of_calc(n); }
 unsigned qmt_vec(void) { return qm__vec; }

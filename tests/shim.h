@@ -5,6 +5,7 @@
 #ifndef QM_TEST_SHIM_H
 #define QM_TEST_SHIM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,6 +84,13 @@ size_t qmt_zero_cap(size_t slots);
 void qmt_age_reset(uint32_t cap);
 uintptr_t qmt_age_push(uintptr_t item, uint32_t at);
 uintptr_t qmt_age_pop_due(uint32_t now, uint32_t d);
+void qmt_age32_reset(uint32_t cap, uint32_t max);
+void qmt_age32_push(uint32_t item);
+void qmt_age32_leave(uint32_t item);
+uint32_t qmt_age32_entries(uint32_t *out, bool *pos_ok);
+uint32_t qmt_age32_cap(void);
+uint32_t qmt_age32_mark(void);
+void qmt_age32_set_mark(uint32_t m);
 
 /* Checked mode: chunks that left a delayed-free ring early (it was full). */
 size_t qmt_delay_early(void);
