@@ -191,7 +191,7 @@ QM_EXPORT void qm_free(void *p) {
         __builtin_prefetch((void *)at);
         uint64_t k = qm__pend_i++;
         qm__pend[k % QM_PEND_N] =
-            (qm_pend_t){qm_slot_make(a, qm_e_gen(fw)), at | (uintptr_t)c << 48};
+            (qm_pend_t){qm_slot_make(a, qm_e_gen(fw)), at | (uintptr_t)c << QM_ADDR_BITS};
         if (QM_UNLIKELY(!((k + 1) % QM_PEND_HALF)))
           qm__small_pend_batch(k + 1);
         qm_freeing_clear();

@@ -127,7 +127,7 @@ QM_INLINE uintptr_t qm_checked_draw(qm_checked_t *k, unsigned c) {
   if (n) {
     uint32_t j = qm_rand_below(n);
     k->next = j;
-    uintptr_t next = k->slot[j] & (((uintptr_t)1 << 48) - 1); /* its chunk */
+    uintptr_t next = k->slot[j] & QM_ADDR_MASK; /* its chunk */
     QM_PREFETCH_SPAN(next, qm__opt.zero_on_free ? qm__class[c].size : 64, QM_PF_R);
     __builtin_prefetch(qm__class[c].table + qm_chunk_index(next - qm_region(c), c), QM_PF_W);
   }

@@ -35,6 +35,13 @@
  * that size arithmetic below can never overflow. */
 #define QM_MAX_REQUEST ((size_t)1 << 46)
 
+/* Bits of a chunk address in the small allocator's words (bin slots, parked
+ * frees, table entries): the bits above carry a generation or a class. The
+ * primary's reservation is checked to end below it (primary.c); the kernel
+ * maps above 47 bits only at a hint past them (5-level paging, Linux 4.14). */
+#define QM_ADDR_BITS 48
+#define QM_ADDR_MASK (((uintptr_t)1 << QM_ADDR_BITS) - 1)
+
 /* The page size, read from the auxiliary vector at init (4 KiB on x86-64,
  * 4/16/64 KiB on arm64). Zero until qm__init_page_size() ran. */
 extern QM_HIDDEN size_t qm__page;

@@ -76,12 +76,12 @@ QM_INLINE void qm_entry_store(uint64_t *e, uint64_t w) { __atomic_store_n(e, w, 
 
 /* Thread-cache bins and the central lists carry chunk | generation << 48:
  * malloc then writes the entry without reading it first. */
-#define QM_SLOT_ADDR (((uintptr_t)1 << 48) - 1)
+#define QM_SLOT_ADDR QM_ADDR_MASK
 QM_INLINE uintptr_t qm_slot_chunk(uintptr_t s) { return s & QM_SLOT_ADDR; }
-QM_INLINE uint64_t qm_slot_gen(uintptr_t s) { return (uint64_t)s >> 48; }
-_Static_assert(QM_E_GEN_SHIFT == 48, "a slot's generation sits where an entry's does");
+QM_INLINE uint64_t qm_slot_gen(uintptr_t s) { return (uint64_t)s >> QM_ADDR_BITS; }
+_Static_assert(QM_E_GEN_SHIFT == QM_ADDR_BITS, "a slot's generation sits where an entry's does");
 QM_INLINE uintptr_t qm_slot_make(uintptr_t ch, uint64_t gen) {
-  return ch | (uintptr_t)(gen & 0xffff) << 48;
+  return ch | (uintptr_t)(gen & 0xffff) << QM_ADDR_BITS;
 }
 
 /* The 8 canary bytes after a chunk's requested ones: keyed per chunk (the
@@ -111,13 +111,13 @@ QM_INLINE uint64_t qm_canary_of(uint64_t slot, unsigned c) {
 }
 /* of chunk ch at generation gen: of its slot word */
 QM_INLINE uint64_t qm_canary(uintptr_t ch, uint64_t gen, unsigned c) {
-  return qm_canary_of(ch ^ gen << 48, c);
+  return qm_canary_of(ch ^ gen << QM_ADDR_BITS, c);
 }
 /* The canary a parked slot (generation after the free) was written with:
  * of the generation before, by one subtract (generation 0 wraps to
  * 0xffff, the chunk bits below are untouched). */
 QM_INLINE uint64_t qm_canary_before(uintptr_t slot, unsigned c) {
-  return qm_canary_of(slot - ((uint64_t)1 << 48), c);
+  return qm_canary_of(slot - ((uint64_t)1 << QM_ADDR_BITS), c);
 }
 QM_INLINE uint64_t qm_load8(uintptr_t a) {
   uint64_t v;

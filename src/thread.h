@@ -26,8 +26,8 @@ typedef struct qm_pend {
   uintptr_t at;   /* where its canary is | its class << 48: the batch
                    * reads the class instead of working it out */
 } qm_pend_t;
-#define QM_PEND_AT(e) ((e)->at & (((uintptr_t)1 << 48) - 1))
-#define QM_PEND_CLASS(e) ((unsigned)((e)->at >> 48))
+#define QM_PEND_AT(e) ((e)->at & QM_ADDR_MASK)
+#define QM_PEND_CLASS(e) ((unsigned)((e)->at >> QM_ADDR_BITS))
 
 typedef struct qm_thread {
   uintptr_t freeing;           /* smallstate.h: qm__freeing */
