@@ -2,8 +2,11 @@
  * chunk (block_t), the hash slot, the lock and the ready flag (S), the
  * page classes. Each file keeps its own state private; its interface is
  * its header (large_record.h, quarantine.h, belt.h). Only the files of the
- * secondary include it; the rest of qmalloc sees secondary.h. Invariants
- * are stated where each part is owned.
+ * secondary include it; the rest of qmalloc sees secondary.h. The record
+ * is in parts, each written by one file: map and chunk by secondary.c, q
+ * by quarantine.c, rec by large_record.c (the few exceptions are stated
+ * at block_t); any of them reads all. Invariants are stated where each
+ * part is owned.
  */
 #ifndef QM_LARGE_H
 #define QM_LARGE_H
@@ -31,57 +34,105 @@
  * telling a double free from an invalid one, in a bounded ring
  * (qm__dead_push). */
 enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY, B_DEAD };
-/* F_FREED: the chunk left the user (freed, or the old range of a realloc
+_Static_assert(B_UNUSED == 0, "a zeroed record is unused");
+/* The chunk's flags (chunk.flags, secondary.c's).
+ * F_FREED: the chunk left the user (freed, or the old range of a realloc
  * move) and has not been handed out since; a BUSY chunk with it is being
  * retired or dropped, one without it is being resized or revived. */
 /* F_SPLIT: the RW pages may be several VMAs. A realloc move puts the old
  * pages in front of pages of the new mapping, and the two never merge (their
  * vm_pgoff differ), so a chunk that came from a move keeps two or more; and
  * the old chunk's range, the moved pages' place a VMA apart from the rest. */
-/* F_COLD: in a cold bin (no page resident), while F_INBIN. */
 /* F_HUGE: a fresh THP mapping, its capacity whole huge pages from a
  * huge-page boundary; any request it serves is opened in whole huge pages
  * (see extent() in secondary.c). Not set on a realloc move's chunk. */
 /* F_BELT: its range was carved from the belt (belt.c): never unmapped,
  * given back to the belt once dead; its pages are reused by moving them to
  * a range carved afresh, never at this address. */
-enum {
-  F_NOREUSE = 1,
-  F_INBIN = 2,
-  F_FREED = 4,
-  F_SPLIT = 8,
-  F_COLD = 16,
-  F_HUGE = 32,
-  F_BELT = 64,
-  F_INDEXED = 128 /* in the address index (qm__rec_publish until qm__rec_free) */
-};
+enum { F_NOREUSE = 1, F_FREED = 2, F_SPLIT = 4, F_HUGE = 8, F_BELT = 16 };
 
-typedef struct block {
+/* The record of a large chunk, in four parts, each written by one file:
+ *  map    secondary.c: the mapping and its page counts. But dirty: the
+ *         quarantine lowers it by the pages it takes out of a pooled chunk
+ *         for a gathering, and raises it again if they go back
+ *         (qm__q_gather, qm__q_ungather): the pages leave its count and
+ *         the chunk's in one step, while the chunk is QUAR, in its care.
+ *  chunk  secondary.c: what the chunk is and where it stands: its state
+ *         (only secondary.c changes it), its kind, the request it serves,
+ *         and when it was freed.
+ *  q      quarantine.c: its place in the FIFO and in a bin, and the bytes
+ *         freed when it entered. large_record.c links free records through
+ *         q.next (a free record is in no bin) and clears it as it hands
+ *         one out: a link of its own would grow the record to 128 bytes,
+ *         and rec.anext must stay 0 in a free record.
+ *  rec    large_record.c: its links in the records' own structures (the
+ *         address index, the ring of dead records) and the mappings it is
+ *         counted as.
+ * large_record.c zeroes every part of a record it frees (a zeroed record
+ * is B_UNUSED, in no list, and ends a racy walk of the address index), so
+ * a record is handed out all zero. All of it is written under S.lock, or
+ * by the one thread that marked the chunk BUSY (map, chunk); the SIGSEGV
+ * handler reads it without the lock. Each part holds its owner's small
+ * fields at its end; pool and extra_vmas, facts of the mapping, are in
+ * chunk, where padding had room for them (in map they cost 8 bytes). */
+typedef struct blk_map {
   uintptr_t base, usable; /* the mapping, and its first usable page */
-  size_t span, size;      /* mapping bytes (guards included); requested bytes */
+  size_t span;            /* mapping bytes (guards included) */
   size_t cap, rw, dirty;  /* pages from usable: capacity, RW now, possibly non-zero */
   /* pages from usable to the user pointer: 0, but for a THP chunk that
    * ends flush against its whole-huge-page RW part (see secondary.c) */
   size_t lead;
-  uint64_t seq, mark; /* large frees / bytes freed when it was quarantined */
-  uint64_t odo;       /* the belt's odometer when it was freed */
-  /* the quarantine's: its place in the FIFO (a position of LF.qring)
-   * while it is in it; its bin's list (free records: the free list) */
-  uint32_t qpos, bprev, bnext;
-  uint32_t anext;                     /* the next record of its address index bucket */
-  uint8_t state, flags, vmas, bclass; /* bclass: its bin while F_INBIN */
+} blk_map_t;
+
+typedef struct blk_chunk {
+  size_t size;  /* requested bytes */
+  uint64_t odo; /* the belt's odometer when it was freed */
+  /* the large frees counted when it was freed, and again when it entered
+   * the quarantine (enter_locked): the window of the quarantine (with
+   * q.mark) and of the belt counts from there */
+  uint64_t seq;
+  uint8_t state, flags; /* B_*, F_* above */
   /* log2 of the alignment a live chunk was requested with (aligned_alloc
    * and the like), 0 for malloc's and after a realloc: what
    * free_aligned_sized checks */
   uint8_t ashift;
   uint8_t pool; /* P_* below: where a freed belt chunk's pages wait */
-  /* mappings its resident pages may be, past the first: the pieces a
-   * gathered chunk was assembled from (qm__q_gather), and a part opened
-   * past pages moved in. An upper bound for the mapping count: taking a
-   * pooled chunk's tail leaves its count as it was. */
+  /* mappings its resident pages may be, past the first (with F_SPLIT):
+   * the pieces a gathered chunk was assembled from (qm__q_gather), and a
+   * part opened past pages moved in. An upper bound for the mapping
+   * count: taking a pooled chunk's tail leaves its count as it was. */
   uint8_t extra_vmas;
-  uint16_t dpos; /* B_DEAD: its place in the ring of dead records (large_record.c) */
+} blk_chunk_t;
+
+typedef struct blk_q {
+  uint64_t mark; /* the bytes of large frees counted when it entered */
+  /* its place in the FIFO (a position of LF.qring) while it is in it; its
+   * bin's list, read only while inbin (free records: the free list,
+   * through next) */
+  uint32_t pos, prev, next;
+  uint8_t bin; /* its page class, while inbin */
+  bool inbin;
+  bool cold; /* in a cold bin (no page resident), while inbin */
+} blk_q_t;
+
+typedef struct blk_rec {
+  uint32_t anext; /* the next record of its address index list, + 1 (0 ends it) */
+  uint16_t dpos;  /* B_DEAD: its place in the ring of dead records */
+  uint8_t vmas;   /* the mappings it is counted as (qm__set_vmas) */
+  bool indexed;   /* in the address index (qm__rec_publish until qm__rec_free) */
+} blk_rec_t;
+
+typedef struct block {
+  blk_map_t map;
+  blk_chunk_t chunk;
+  blk_q_t q;
+  blk_rec_t rec;
 } block_t;
+
+/* Records are reserved by the million (MAX_RECORDS) and committed and
+ * faulted in as they are used: the record must not grow (120 bytes on
+ * 64-bit). */
+_Static_assert(sizeof(block_t) <= 120, "the record of a large chunk grew");
 
 /* P_POOLED: a QUAR (or BUSY, freed) belt chunk whose pages were moved away
  * at free (belt_way=move): they wait RW at qm__belt_shadow(usable), dirty
@@ -149,7 +200,7 @@ static inline block_t *B(uint32_t i) {
  * in secondary.c gives them (a lead would break their alignment). */
 static inline size_t qm_need_in(const block_t *b, size_t need, size_t align) {
   size_t hp = LF.thp_size >> qm__page_shift;
-  if (!(b->flags & F_HUGE) || !hp || align > qm__page)
+  if (!(b->chunk.flags & F_HUGE) || !hp || align > qm__page)
     return need;
   return (need + hp - 1) / hp * hp;
 }
@@ -162,12 +213,12 @@ static inline size_t qm_need_in(const block_t *b, size_t need, size_t align) {
  * left the quarantine no room beside many live chunks of just over 2 MiB
  * (each holding nearly a huge page of lead), and every free then dropped. */
 static inline size_t tail_pages(const block_t *b) {
-  return b->dirty > b->rw ? b->dirty - b->rw : 0;
+  return b->map.dirty > b->map.rw ? b->map.dirty - b->map.rw : 0;
 }
 
 /* A chunk's user pointer: the key of the hash, where reports count from. */
 static inline uintptr_t user_of(const block_t *b) {
-  return b->usable + (b->lead << qm__page_shift);
+  return b->map.usable + (b->map.lead << qm__page_shift);
 }
 
 #endif

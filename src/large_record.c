@@ -7,9 +7,10 @@
  * address space the records hold, and the clock of large frees they are
  * stamped on. All of it is R, private to this file (the others read its
  * counts, R.c, through large_record.h), changed under S.lock only (the
- * SIGSEGV handler's racy reads aside); no record's state is changed
- * here but a freed record's (B_UNUSED). Calls go only down: the OS layer,
- * the strategies' mapping counts, the clock.
+ * SIGSEGV handler's racy reads aside). Of a record it writes the rec part
+ * (large.h), and no other but to free it: zeroed (B_UNUSED), linked into
+ * the free list through q.next, handed out all zero. Calls go only down:
+ * the OS layer, the strategies' mapping counts, the clock.
  */
 #include "large_record.h"
 
@@ -24,7 +25,7 @@ qm_large_t qm__large = {.lock = QM_LOCK_INIT};
 
 static struct {
   size_t nblk, blk_committed; /* records in use (high water), RW */
-  uint32_t free_rec;          /* the free records, linked by bnext */
+  uint32_t free_rec;          /* the free records, linked by q.next (large.h) */
   slot_t *tab;                /* the hash: user pointer -> record */
   size_t tab_cap, tab_used;
   /* the stack table: per record, frames allocating then frames freeing */
@@ -137,7 +138,7 @@ void qm__note_alloc(uint32_t i, const trace_t *t) {
 
 uint64_t qm__note_free(uint32_t i, const trace_t *t) {
   R.c.frees++;
-  R.c.freed_bytes += B(i)->size;
+  R.c.freed_bytes += B(i)->chunk.size;
   stk_t *e = qm__stk_at(i);
   if (!e)
     return R.c.frees;
@@ -154,7 +155,8 @@ uint32_t qm__rec_alloc(void) {
     return NIL;
   if (R.free_rec != NIL) {
     uint32_t i = R.free_rec;
-    R.free_rec = B(i)->bnext;
+    R.free_rec = B(i)->q.next;
+    B(i)->q.next = 0; /* handed out all zero, as a record never used is */
     return i;
   }
   if (R.nblk == LF.blk_max)
@@ -175,11 +177,10 @@ static void addr_remove(uint32_t i);
 
 void qm__rec_free(uint32_t i) {
   block_t *b = B(i);
-  if (b->flags & F_INDEXED)
+  if (b->rec.indexed)
     addr_remove(i);
-  memset(b, 0, sizeof *b);
-  b->state = B_UNUSED;
-  b->bnext = R.free_rec;
+  memset(b, 0, sizeof *b); /* B_UNUSED */
+  b->q.next = R.free_rec;
   R.free_rec = i;
 }
 
@@ -190,9 +191,9 @@ static size_t hash(uintptr_t k) { return (size_t)((k >> 12) * 0x9e3779b97f4a7c15
  * every record (dead ones included: 4096 and more) ---- */
 
 static _Atomic uint32_t *addr_head(const block_t *b) {
-  if (b->span > ABIG)
+  if (b->map.span > ABIG)
     return &R.abig;
-  return &R.abucket[(b->base >> AGRAN_SHIFT) % ABUCKETS];
+  return &R.abucket[(b->map.base >> AGRAN_SHIFT) % ABUCKETS];
 }
 
 /* Links hold a record's index + 1: 0 ends a list, so zeroed heads are
@@ -201,9 +202,9 @@ void qm__rec_publish(uint32_t i) {
   block_t *b = B(i);
   qm__tab_insert(user_of(b), i);
   _Atomic uint32_t *h = addr_head(b);
-  b->anext = atomic_load_explicit(h, memory_order_relaxed);
-  b->flags |= F_INDEXED;
-  R.mapped_bytes += b->span;
+  b->rec.anext = atomic_load_explicit(h, memory_order_relaxed);
+  b->rec.indexed = true;
+  R.mapped_bytes += b->map.span;
   /* the record is whole before a reader can reach it */
   atomic_store_explicit(h, i + 1, memory_order_release);
 }
@@ -213,18 +214,18 @@ static void addr_remove(uint32_t i) {
   _Atomic uint32_t *h = addr_head(b);
   uint32_t k = atomic_load_explicit(h, memory_order_relaxed);
   if (k == i + 1) {
-    atomic_store_explicit(h, b->anext, memory_order_release);
+    atomic_store_explicit(h, b->rec.anext, memory_order_release);
     return;
   }
-  while (k && B(k - 1)->anext != i + 1)
-    k = B(k - 1)->anext;
+  while (k && B(k - 1)->rec.anext != i + 1)
+    k = B(k - 1)->rec.anext;
   QM_CHECK(k);
-  B(k - 1)->anext = b->anext;
+  B(k - 1)->rec.anext = b->rec.anext;
 }
 
 static bool holds(uint32_t i, uintptr_t a) {
   const block_t *b = &LF.blk[i];
-  return b->state != B_UNUSED && a >= b->base && a - b->base < b->span;
+  return b->chunk.state != B_UNUSED && a >= b->map.base && a - b->map.base < b->map.span;
 }
 
 /* A walk takes at most this many steps: a racy read may meet a record
@@ -236,14 +237,14 @@ uint32_t qm__rec_find(uintptr_t a) {
     return NIL;
   unsigned steps = 0;
   for (uint32_t k = atomic_load_explicit(&R.abig, memory_order_acquire);
-       k && k <= LF.blk_max && steps < AWALK; k = LF.blk[k - 1].anext, steps++)
+       k && k <= LF.blk_max && steps < AWALK; k = LF.blk[k - 1].rec.anext, steps++)
     if (holds(k - 1, a))
       return k - 1;
   /* a record's base is in its own granule or up to ABIG before */
   for (uintptr_t g = 0; g <= (ABIG >> AGRAN_SHIFT) + 1 && g <= a >> AGRAN_SHIFT; g++) {
     _Atomic uint32_t *h = &R.abucket[((a >> AGRAN_SHIFT) - g) % ABUCKETS];
     for (uint32_t k = atomic_load_explicit(h, memory_order_acquire);
-         k && k <= LF.blk_max && steps < AWALK; k = LF.blk[k - 1].anext, steps++)
+         k && k <= LF.blk_max && steps < AWALK; k = LF.blk[k - 1].rec.anext, steps++)
       if (holds(k - 1, a))
         return k - 1;
   }
@@ -319,9 +320,9 @@ static void tab_remove(uintptr_t k) {
 }
 
 size_t qm__set_vmas(block_t *b, bool live) {
-  unsigned v = qm__range_vmas(LF.strategy, live) + b->extra_vmas;
-  R.c.maps = R.c.maps - b->vmas + v;
-  b->vmas = (uint8_t)v;
+  unsigned v = qm__range_vmas(LF.strategy, live) + b->chunk.extra_vmas;
+  R.c.maps = R.c.maps - b->rec.vmas + v;
+  b->rec.vmas = (uint8_t)v;
   if (R.c.maps > R.maps_peak)
     R.maps_peak = R.c.maps;
   return R.c.maps;
@@ -338,9 +339,9 @@ void qm__forget(uint32_t i) {
 
 void qm__rec_unmapped(uint32_t i) {
   block_t *b = B(i);
-  R.c.maps -= b->vmas;
-  b->vmas = 0;
-  R.mapped_bytes -= b->span;
+  R.c.maps -= b->rec.vmas;
+  b->rec.vmas = 0;
+  R.mapped_bytes -= b->map.span;
 }
 
 void qm__rec_stats(size_t *maps, size_t *maps_peak, size_t *mapped_bytes) {
@@ -361,8 +362,8 @@ void qm__tab_rekey(uintptr_t from, uintptr_t to, uint32_t idx) {
  * lost, the memory does not. Without the lock. */
 void qm__unmap_forgotten(uint32_t i) {
   block_t *b = B(i);
-  if (qm_os_unmap((void *)b->base, b->span))
-    qm_os_dontneed((void *)b->usable, b->cap << qm__page_shift, QM_PROT_NONE);
+  if (qm_os_unmap((void *)b->map.base, b->map.span))
+    qm_os_dontneed((void *)b->map.usable, b->map.cap << qm__page_shift, QM_PROT_NONE);
 }
 
 /* ---- dead records (under S.lock): a ring, oldest first ---- */
@@ -432,7 +433,7 @@ bool qm__dead_push(uint32_t i) {
   }
   uint32_t at = qm_age_push(&R.dead_q, DEAD_MAX);
   R.dead[at] = i;
-  B(i)->dpos = (uint16_t)at;
+  B(i)->rec.dpos = (uint16_t)at;
   return first;
 }
 
@@ -441,9 +442,9 @@ bool qm__dead_push(uint32_t i) {
 static void evict_list(uint32_t k, uintptr_t lo, uintptr_t hi) {
   while (k) {
     block_t *b = B(k - 1);
-    uint32_t next = b->anext; /* forgetting unlinks it */
-    if (b->state == B_DEAD && b->base < hi && b->base + b->span > lo) {
-      R.dead[b->dpos] = QM_AGE_EMPTY;
+    uint32_t next = b->rec.anext; /* forgetting unlinks it */
+    if (b->chunk.state == B_DEAD && b->map.base < hi && b->map.base + b->map.span > lo) {
+      R.dead[b->rec.dpos] = QM_AGE_EMPTY;
       dead_forget(k - 1);
     }
     k = next;

@@ -31,6 +31,9 @@ typedef struct stk {
 } stk_t;
 
 bool qm__blk_reserve(void);
+/* A record, all zero (NIL where none can be had): the caller writes its
+ * map and chunk parts. qm__rec_free zeroes one again (out of the address
+ * index first). */
 uint32_t qm__rec_alloc(void);
 void qm__rec_free(uint32_t i);
 uint32_t qm__tab_find(uintptr_t k);

@@ -25,10 +25,10 @@ bool qm__large_describe(uintptr_t a, qm_place_t *pl) {
     pl->chunk = true;
     pl->kind = QM_CK_LARGE;
     pl->user = u;
-    pl->size = b->size;
-    bool freed =
-        b->state == B_QUAR || b->state == B_DEAD || (b->state == B_BUSY && (b->flags & F_FREED));
-    if (freed && a >= b->usable && a < u) {
+    pl->size = b->chunk.size;
+    bool freed = b->chunk.state == B_QUAR || b->chunk.state == B_DEAD ||
+                 (b->chunk.state == B_BUSY && (b->chunk.flags & F_FREED));
+    if (freed && a >= b->map.usable && a < u) {
       /* the chunk's memory before its last user pointer: a THP chunk's
        * lead, which an earlier use of the chunk may have started in */
       pl->access = QM_ACC_UAF;
@@ -43,9 +43,9 @@ bool qm__large_describe(uintptr_t a, qm_place_t *pl) {
       qm_buf_str(d, "offset ");
       qm_buf_dec(d, a - u);
       qm_buf_str(d, " in freed ");
-    } else if (a - u >= b->size) {
+    } else if (a - u >= b->chunk.size) {
       pl->access = QM_ACC_OVERFLOW;
-      size_t past = a - u - b->size + 1;
+      size_t past = a - u - b->chunk.size + 1;
       qm_buf_dec(d, past);
       qm_buf_str(d, past == 1 ? " byte past the end of " : " bytes past the end of ");
     } else {
@@ -55,7 +55,7 @@ bool qm__large_describe(uintptr_t a, qm_place_t *pl) {
       qm_buf_str(d, " in ");
     }
     qm_buf_str(d, "large chunk of ");
-    qm_buf_dec(d, b->size);
+    qm_buf_dec(d, b->chunk.size);
     qm_buf_str(d, " bytes at ");
     qm_buf_hex(d, u);
     return true;
@@ -84,8 +84,8 @@ bool qm__large_kept(uintptr_t a, qm_kept_t *k) {
     return false;
   /* racy reads, as in qm__large_describe: counts are clamped */
   const uintptr_t *pcs = qm__stk_pcs(e);
-  k->freed =
-      b->state == B_QUAR || b->state == B_DEAD || (b->state == B_BUSY && (b->flags & F_FREED));
+  k->freed = b->chunk.state == B_QUAR || b->chunk.state == B_DEAD ||
+             (b->chunk.state == B_BUSY && (b->chunk.flags & F_FREED));
   k->alloc_tid = e->alloc_tid;
   k->free_tid = e->free_tid;
   k->alloc_pc = pcs;

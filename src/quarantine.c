@@ -1,15 +1,16 @@
 /* quarantine.c: freed large chunks between their free and their reuse or
  * unmapping: the FIFO (an aging queue of records, oldest first, Q.age its
  * aged prefix), the hot and cold bins of aged chunks (lists through the
- * records), the
- * limits (chunk cap, mapping budget, resident budget) and the chunks that
- * go when one is passed, the reuse choice and the gathering of pooled
- * pages. Its state is Q, private to this file, under S.lock; it makes no
- * syscall and changes no chunk's state (the secondary does, and works on
- * the chunks chosen here). The window: a freed chunk stays mapped and out
- * of every bin until quarantine_min_frees large frees and
- * quarantine_min_mb MiB of them came after it (only the mapping budget
- * unmaps it earlier); a chunk in a bin is always QUAR and aged.
+ * records), the limits (chunk cap, mapping budget, resident budget) and
+ * the chunks that go when one is passed, the reuse choice and the
+ * gathering of pooled pages. Its state is Q, private to this file, under
+ * S.lock; it makes no syscall and changes no chunk's state (the secondary
+ * does, and works on the chunks chosen here). Of a record it writes the q
+ * part (large.h), and a pooled chunk's dirty pages as it gathers from it.
+ * The window: a freed chunk stays mapped and out of every bin until
+ * quarantine_min_frees large frees and quarantine_min_mb MiB of them came
+ * after it (only the mapping budget unmaps it earlier); a chunk in a bin
+ * is always QUAR and aged.
  */
 #include "quarantine.h"
 
@@ -21,7 +22,7 @@
 /* The quarantine's state, all of it under S.lock. */
 static struct {
   /* the FIFO, oldest first: positions of LF.qring holding record indices
-   * (a chunk's own in its qpos), QM_AGE_EMPTY where a chunk left from
+   * (a chunk's own in its q.pos), QM_AGE_EMPTY where a chunk left from
    * within; cap positions in use, a power of two up to LF.blk_max (0 until
    * the first chunk enters); age, the aged prefix: the entries, empty ones
    * included, before the first chunk not aged (fifo.n: all are) */
@@ -64,51 +65,49 @@ void qm__q_stats(qm_stats_t *s) {
  * pages (a request that fits them takes no fault), cold[] by capacity (no
  * page resident: only the mmap is saved). */
 static uint32_t *bin_head(const block_t *b) {
-  return b->flags & F_COLD ? &Q.cold[b->bclass] : &Q.hot[b->bclass];
+  return b->q.cold ? &Q.cold[b->q.bin] : &Q.hot[b->q.bin];
 }
 
 static void bin_insert(uint32_t i) {
   block_t *b = B(i);
-  if (b->flags & F_INBIN)
+  if (b->q.inbin)
     return;
-  b->flags &= (uint8_t)~F_COLD;
-  if (!b->dirty)
-    b->flags |= F_COLD;
-  b->bclass = (uint8_t)pclass(b->dirty ? b->dirty : b->cap);
+  b->q.cold = !b->map.dirty;
+  b->q.bin = (uint8_t)pclass(b->map.dirty ? b->map.dirty : b->map.cap);
   uint32_t *h = bin_head(b);
-  b->bprev = NIL;
-  b->bnext = *h;
+  b->q.prev = NIL;
+  b->q.next = *h;
   if (*h != NIL)
-    B(*h)->bprev = i;
+    B(*h)->q.prev = i;
   *h = i;
-  b->flags |= F_INBIN;
-  if (!(b->flags & F_COLD))
-    Q.nhot[b->bclass]++;
+  b->q.inbin = true;
+  if (!b->q.cold)
+    Q.nhot[b->q.bin]++;
 }
 
 static void bin_remove(uint32_t i) {
   block_t *b = B(i);
-  if (!(b->flags & F_INBIN))
+  if (!b->q.inbin)
     return;
-  if (b->bprev != NIL)
-    B(b->bprev)->bnext = b->bnext;
+  if (b->q.prev != NIL)
+    B(b->q.prev)->q.next = b->q.next;
   else
-    *bin_head(b) = b->bnext;
-  if (b->bnext != NIL)
-    B(b->bnext)->bprev = b->bprev;
-  b->flags &= (uint8_t)~F_INBIN;
-  if (!(b->flags & F_COLD))
-    Q.nhot[b->bclass]--;
+    *bin_head(b) = b->q.next;
+  if (b->q.next != NIL)
+    B(b->q.next)->q.prev = b->q.prev;
+  b->q.inbin = false;
+  if (!b->q.cold)
+    Q.nhot[b->q.bin]--;
 }
 
 /* The FIFO is an aging queue (age.h) of record indices: a chunk leaves it
  * from within, whenever a request reuses it from a bin, a belt chunk is
  * buried or the budgets unmap the oldest chunk not BUSY, by emptying its
- * entry (found by its qpos). A full ring is compacted, or doubled if fewer
+ * entry (found by its q.pos). A full ring is compacted, or doubled if fewer
  * than half its entries are empty: O(1) a push. It can always take one
  * more: it holds records, at most LF.blk_max entries, and the chunk
  * entering is not among them. */
-static void fifo_moved(uint32_t i, uint32_t at) { B(i)->qpos = at; }
+static void fifo_moved(uint32_t i, uint32_t at) { B(i)->q.pos = at; }
 
 /* Writes to the pages of positions [from, to) (the entries as they are):
  * faulted in now, while the ring grows or a program starts to churn large
@@ -157,23 +156,23 @@ static void q_append(uint32_t i) {
     fifo_touch(0, Q.cap);
   uint32_t at = qm_age_push(&Q.fifo, Q.cap);
   LF.qring[at] = i;
-  b->qpos = at;
+  b->q.pos = at;
   Q.qcount++;
-  Q.qpages += b->cap;
-  Q.qresident += b->dirty;
+  Q.qpages += b->map.cap;
+  Q.qresident += b->map.dirty;
 }
 
 /* Takes a chunk out of the quarantine (to reuse or unmap it). Its place
- * is checked first: a corrupted qpos must not empty another's. */
+ * is checked first: a corrupted q.pos must not empty another's. */
 void qm__q_unlink(uint32_t i) {
   block_t *b = B(i);
-  QM_CHECK(b->qpos < Q.cap && LF.qring[b->qpos] == i);
+  QM_CHECK(b->q.pos < Q.cap && LF.qring[b->q.pos] == i);
   bin_remove(i);
-  LF.qring[b->qpos] = QM_AGE_EMPTY;
+  LF.qring[b->q.pos] = QM_AGE_EMPTY;
   qm_age_skip(&Q.fifo, LF.qring, Q.cap, &Q.age);
   Q.qcount--;
-  Q.qpages -= b->cap;
-  Q.qresident -= b->dirty;
+  Q.qpages -= b->map.cap;
+  Q.qresident -= b->map.dirty;
 }
 
 /* The k-th oldest entry of the FIFO (k < fifo.n): a record index, or
@@ -186,11 +185,11 @@ static uint32_t fifo_at(uint32_t k) { return LF.qring[qm_age_at(&Q.fifo, k, Q.ca
 static bool aged(const block_t *b) {
   /* a belt chunk's pages are reused at another address: its own range
    * waits for the belt, so its pages need not wait at all */
-  if (LF.strategy == QM_STRATEGY_NONE || (b->flags & F_BELT))
+  if (LF.strategy == QM_STRATEGY_NONE || (b->chunk.flags & F_BELT))
     return true;
   uint64_t bytes, frees = qm__rec_clock(&bytes);
-  return frees - b->seq >= qm__opt.quarantine_min_frees &&
-         bytes - b->mark >= qm__opt.quarantine_min_mb << 20;
+  return frees - b->chunk.seq >= qm__opt.quarantine_min_frees &&
+         bytes - b->q.mark >= qm__opt.quarantine_min_mb << 20;
 }
 
 void qm__q_age(void) {
@@ -202,7 +201,7 @@ void qm__q_age(void) {
     if (!aged(b))
       break;
     /* a chunk BUSY being dropped is binned when it comes back */
-    if (!(b->flags & F_NOREUSE) && b->state == B_QUAR)
+    if (!(b->chunk.flags & F_NOREUSE) && b->chunk.state == B_QUAR)
       bin_insert(i);
   }
 }
@@ -276,30 +275,31 @@ uint32_t qm__q_fit(size_t need, size_t align, bool *whole) {
   bool pick_close = false;
   unsigned fits = 0, scanned = 0;
   for (unsigned c = pclass(need); c <= pclass(far) && scanned < SCAN; c++) {
-    for (uint32_t i = Q.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+    for (uint32_t i = Q.hot[c]; i != NIL && scanned < SCAN; i = B(i)->q.next, scanned++) {
       const block_t *b = B(i);
-      if (b->cap < need || (b->usable & (align - 1)))
+      if (b->map.cap < need || (b->map.usable & (align - 1)))
         continue;
       /* what the request would open here (whole huge pages in a THP
        * chunk); the lead that adds is waste like any other page to spare */
       size_t n = qm_need_in(b, need, align);
-      if (b->dirty >= n && b->dirty <= hot_max) {
+      if (b->map.dirty >= n && b->map.dirty <= hot_max) {
         /* a close fit (at most a quarter to spare) beats a loose one: the
          * loose ones are left to the larger requests they also fit */
-        bool close = b->dirty <= close_max;
+        bool close = b->map.dirty <= close_max;
         if (pick != NIL && pick_close && !close)
           continue;
         bool restart = pick != NIL && close && !pick_close; /* the draw starts again */
         fits = restart ? 1 : fits + 1;
-        if (restart || (newest ? pick == NIL || b->seq > B(pick)->seq : rnd_below(fits) == 0)) {
+        if (restart ||
+            (newest ? pick == NIL || b->chunk.seq > B(pick)->chunk.seq : rnd_below(fits) == 0)) {
           pick = i;
           pick_close = close;
         }
         continue;
       }
-      size_t faults = n > b->dirty ? n - b->dirty : 0;
-      size_t cost = faults + ((b->dirty > n ? b->dirty : n) - need) / 2;
-      if (b->dirty <= far && cost < alt_cost) {
+      size_t faults = n > b->map.dirty ? n - b->map.dirty : 0;
+      size_t cost = faults + ((b->map.dirty > n ? b->map.dirty : n) - need) / 2;
+      if (b->map.dirty <= far && cost < alt_cost) {
         alt = i;
         alt_cost = cost;
       }
@@ -311,18 +311,18 @@ uint32_t qm__q_fit(size_t need, size_t align, bool *whole) {
   if (pick != NIL)
     return pick;
   if (alt != NIL && alt_cost < need) {
-    *whole = B(alt)->dirty >= qm_need_in(B(alt), need, align); /* a loose fit */
+    *whole = B(alt)->map.dirty >= qm_need_in(B(alt), need, align); /* a loose fit */
     return alt;
   }
   fits = 0;
   for (unsigned c = pclass(need); c <= pclass(hot_max) && c < NBINS; c++) {
     scanned = 0;
-    for (uint32_t i = Q.cold[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+    for (uint32_t i = Q.cold[c]; i != NIL && scanned < SCAN; i = B(i)->q.next, scanned++) {
       const block_t *b = B(i);
-      if (b->cap < need || b->cap > hot_max || (b->usable & (align - 1)))
+      if (b->map.cap < need || b->map.cap > hot_max || (b->map.usable & (align - 1)))
         continue;
       fits++;
-      if (newest ? pick == NIL || b->seq > B(pick)->seq : rnd_below(fits) == 0)
+      if (newest ? pick == NIL || b->chunk.seq > B(pick)->chunk.seq : rnd_below(fits) == 0)
         pick = i;
     }
   }
@@ -362,12 +362,13 @@ enum { G_SMALL, G_HUGE };
  * asked for. In-place chunks are reused where they are. */
 static unsigned g_kind;
 static bool gatherable(const block_t *b, unsigned vmax) {
-  if (!(b->flags & F_BELT) || b->state != B_QUAR || !b->dirty || b->extra_vmas >= vmax)
+  if (!(b->chunk.flags & F_BELT) || b->chunk.state != B_QUAR || !b->map.dirty ||
+      b->chunk.extra_vmas >= vmax)
     return false;
   size_t hp = LF.thp_size >> qm__page_shift;
   if (g_kind == G_SMALL)
-    return !(b->flags & F_HUGE);
-  return (b->flags & F_HUGE) && hp && b->dirty % hp == 0;
+    return !(b->chunk.flags & F_HUGE);
+  return (b->chunk.flags & F_HUGE) && hp && b->map.dirty % hp == 0;
 }
 
 /* The gatherable chunk with the fewest resident pages, at least n: in the
@@ -379,9 +380,10 @@ static uint32_t least_covering(size_t n, unsigned vmax) {
       continue;
     uint32_t best = NIL;
     unsigned scanned = 0;
-    for (uint32_t i = Q.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+    for (uint32_t i = Q.hot[c]; i != NIL && scanned < SCAN; i = B(i)->q.next, scanned++) {
       const block_t *b = B(i);
-      if (gatherable(b, vmax) && b->dirty >= n && (best == NIL || b->dirty < B(best)->dirty))
+      if (gatherable(b, vmax) && b->map.dirty >= n &&
+          (best == NIL || b->map.dirty < B(best)->map.dirty))
         best = i;
     }
     if (best != NIL)
@@ -398,9 +400,10 @@ static uint32_t most_resident(size_t most, unsigned vmax) {
       continue;
     uint32_t best = NIL;
     unsigned scanned = 0;
-    for (uint32_t i = Q.hot[c]; i != NIL && scanned < SCAN; i = B(i)->bnext, scanned++) {
+    for (uint32_t i = Q.hot[c]; i != NIL && scanned < SCAN; i = B(i)->q.next, scanned++) {
       const block_t *b = B(i);
-      if (gatherable(b, vmax) && b->dirty <= most && (best == NIL || b->dirty > B(best)->dirty))
+      if (gatherable(b, vmax) && b->map.dirty <= most &&
+          (best == NIL || b->map.dirty > B(best)->map.dirty))
         best = i;
     }
     if (best != NIL)
@@ -428,12 +431,12 @@ static bool gather_kind(size_t cap, piece_t *p, unsigned *n, unsigned max, size_
     /* one that covers what is left, whole if it has only a few pages to
      * spare and they fit the new chunk */
     uint32_t i = least_covering(want, *vleft);
-    if (i != NIL && B(i)->dirty - want >= min_rest) /* its tail, then */
+    if (i != NIL && B(i)->map.dirty - want >= min_rest) /* its tail, then */
       i = NIL;
-    if (i != NIL && *total + B(i)->dirty > cap)
+    if (i != NIL && *total + B(i)->map.dirty > cap)
       i = NIL;
     if (i != NIL)
-      take = B(i)->dirty;
+      take = B(i)->map.dirty;
     /* else the tail of one that keeps a chunk's worth, of a single mapping
      * if one is (or, if none keeps that much, a sliver of one). A tail of
      * several mappings counts all of them against the new chunk's
@@ -449,17 +452,17 @@ static bool gather_kind(size_t cap, piece_t *p, unsigned *n, unsigned max, size_
       take = want;
     /* else all of the largest that fits the new chunk, and on */
     if (i == NIL && (i = most_resident(cap - *total, *vleft)) != NIL)
-      take = B(i)->dirty;
+      take = B(i)->map.dirty;
     if (i == NIL)
       return true;
     block_t *b = B(i);
-    *vleft -= b->extra_vmas + 1u;
+    *vleft -= b->chunk.extra_vmas + 1u;
     /* out of the bins (the secondary marks it BUSY), its place in the
      * FIFO kept; what it gives is no longer the quarantine's */
     bin_remove(i);
-    b->dirty -= take;
+    b->map.dirty -= take;
     Q.qresident -= take;
-    p[(*n)++] = (piece_t){.i = i, .off = b->dirty, .n = take, .vmas = b->extra_vmas + 1u};
+    p[(*n)++] = (piece_t){.i = i, .off = b->map.dirty, .n = take, .vmas = b->chunk.extra_vmas + 1u};
     *left -= take < *left ? take : *left;
     *total += take;
   }
@@ -491,7 +494,7 @@ unsigned qm__q_gather(size_t need, size_t cap, bool huge, piece_t *p, unsigned m
 
 bool qm__q_settle(uint32_t i) {
   block_t *b = B(i);
-  if (b->dirty) {
+  if (b->map.dirty) {
     bin_insert(i);
     return false;
   }
@@ -502,7 +505,7 @@ bool qm__q_settle(uint32_t i) {
 void qm__q_ungather(const piece_t *p, unsigned n) {
   for (unsigned k = 0; k < n; k++) {
     block_t *b = B(p[k].i);
-    b->dirty += p[k].n;
+    b->map.dirty += p[k].n;
     Q.qresident += p[k].n;
     bin_insert(p[k].i);
   }
@@ -527,10 +530,10 @@ static bool take_unmap_victim(victims_t *v, bool unaged_too) {
       window = true;
     }
     uint32_t i = fifo_at(k);
-    if (i == QM_AGE_EMPTY || B(i)->state != B_QUAR)
+    if (i == QM_AGE_EMPTY || B(i)->chunk.state != B_QUAR)
       continue;
     qm__q_unlink(i);
-    bool belt = B(i)->flags & F_BELT; /* buried: its range stays the belt's */
+    bool belt = B(i)->chunk.flags & F_BELT; /* buried: its range stays the belt's */
     if (!belt)
       qm__forget(i);
     v->unmap[v->nunmap++] = i;
@@ -545,8 +548,8 @@ size_t qm__q_mapped_bytes(void) {
   qm_lock(&S.lock);
   for (uint32_t k = 0; k < Q.fifo.n; k++) {
     uint32_t i = fifo_at(k);
-    if (i != QM_AGE_EMPTY && B(i)->state == B_QUAR)
-      n += B(i)->span;
+    if (i != QM_AGE_EMPTY && B(i)->chunk.state == B_QUAR)
+      n += B(i)->map.span;
   }
   qm_unlock(&S.lock);
   return n;
@@ -614,7 +617,8 @@ static bool chosen_to_drop(const victims_t *v, uint32_t i) {
 static uint32_t youngest_resident(const victims_t *v) {
   for (uint32_t k = Q.fifo.n; k-- > 0;) {
     uint32_t i = fifo_at(k);
-    if (i != QM_AGE_EMPTY && B(i)->state == B_QUAR && B(i)->dirty && !chosen_to_drop(v, i))
+    if (i != QM_AGE_EMPTY && B(i)->chunk.state == B_QUAR && B(i)->map.dirty &&
+        !chosen_to_drop(v, i))
       return i;
   }
   return NIL;
@@ -623,11 +627,11 @@ static uint32_t youngest_resident(const victims_t *v) {
 /* A chunk to lose its pages: out of the bins and its pages no longer
  * counted (a belt chunk, buried, leaves the quarantine). */
 static void take_drop_victim(victims_t *v, uint32_t i) {
-  if (B(i)->flags & F_BELT) { /* buried: it leaves the quarantine */
+  if (B(i)->chunk.flags & F_BELT) { /* buried: it leaves the quarantine */
     qm__q_unlink(i);
   } else {
-    bin_remove(i);              /* binned again, cold, once its pages are gone */
-    Q.qresident -= B(i)->dirty; /* counted as gone now; the drop follows */
+    bin_remove(i);                  /* binned again, cold, once its pages are gone */
+    Q.qresident -= B(i)->map.dirty; /* counted as gone now; the drop follows */
   }
   v->drop[v->ndrop++] = i;
 }
@@ -677,28 +681,26 @@ size_t qm__q_choose_resident(victims_t *v) {
     if (i == QM_AGE_EMPTY)
       continue;
     block_t *b = B(i);
-    if (b->state != B_QUAR || !b->dirty)
+    if (b->chunk.state != B_QUAR || !b->map.dirty)
       continue;
-    bytes += b->dirty << qm__page_shift;
+    bytes += b->map.dirty << qm__page_shift;
     take_drop_victim(v, i);
   }
   return bytes;
 }
 
 void qm__q_dropped(uint32_t i) {
-  if (!(B(i)->flags & F_NOREUSE) && aged(B(i))) /* q_age may have passed it */
+  if (!(B(i)->chunk.flags & F_NOREUSE) && aged(B(i))) /* q_age may have passed it */
     bin_insert(i);
 }
 
 /* Puts a chunk, its range retired and now QUAR, into the quarantine
- * (under S.lock); returns whether the quarantine is past a limit. */
-bool qm__q_enter(uint32_t i, bool dropped) {
+ * (under S.lock); returns whether the quarantine is past a limit. Its
+ * window counts from now: the frees counted (chunk.seq, stamped by the
+ * secondary under the same hold) and their bytes. */
+bool qm__q_enter(uint32_t i) {
   block_t *b = B(i);
-  if (dropped)
-    b->dirty = 0;
-  if (LF.strategy != QM_STRATEGY_NONE)
-    b->rw = 0;
-  b->seq = qm__rec_clock(&b->mark);
+  qm__rec_clock(&b->q.mark);
   size_t maps = qm__set_vmas(b, LF.strategy == QM_STRATEGY_NONE);
   q_append(i);
   return over(maps);

@@ -4,9 +4,9 @@
  * (large_record.c), the quarantine (quarantine.c), the belt's address
  * space (belt.c); reports read the records (large_report.c). Its own
  * state is L (counts, and what it learnt of the kernel). Invariants: only
- * this file changes a chunk's state (LIVE, QUAR, BUSY, DEAD); a chunk's
- * record (base, span, usable, rw pages, state) is changed only under
- * S.lock or by the one thread that marked it BUSY; no syscall is made
+ * this file changes a chunk's state (LIVE, QUAR, BUSY, DEAD); it writes
+ * the map and chunk parts of a record (large.h), and no other, only under
+ * S.lock or as the one thread that marked the chunk BUSY; no syscall is made
  * under S.lock except growing the record table; a LIVE chunk is RW exactly
  * on [usable, usable + rw pages) and inaccessible elsewhere in its
  * mapping; a QUAR chunk is inaccessible throughout (strategy none aside).
@@ -174,7 +174,7 @@ static uint32_t carve_locked(size_t cap, size_t align, qm_range_t *r) {
   uintptr_t lo, hi;
   if (i != NIL && qm__belt_carve(cap << qm__page_shift, align, qm__rec_frees(), r, &lo, &hi)) {
     qm__dead_evict(lo, hi);
-    B(i)->state = B_BUSY;
+    B(i)->chunk.state = B_BUSY;
     return i;
   }
   if (i != NIL)
@@ -202,9 +202,9 @@ static void uncarve(uint32_t i, const qm_range_t *r) {
 static void entomb(uint32_t i) {
   block_t *b = B(i);
   qm__rec_unmapped(i);
-  b->rw = b->dirty = 0;
-  b->pool = 0;
-  b->state = B_DEAD;
+  b->map.rw = b->map.dirty = 0;
+  b->chunk.pool = 0;
+  b->chunk.state = B_DEAD;
   L.buried++;
 }
 
@@ -219,7 +219,7 @@ static void keep_dead(uint32_t i) {
 static bool bury_locked(uint32_t i, bool clean) {
   block_t *b = B(i);
   entomb(i);
-  bool work = qm__belt_release(b->base, b->span, b->odo, b->seq, clean);
+  bool work = qm__belt_release(b->map.base, b->map.span, b->chunk.odo, b->chunk.seq, clean);
   keep_dead(i);
   return work;
 }
@@ -236,9 +236,9 @@ static void entomb_locked(uint32_t i) {
  * pooled chunk (its range mapped afresh at free) its place in the mirror. */
 static void bury(uint32_t i) {
   block_t *b = B(i);
-  bool clean = b->pool & P_POOLED
-                   ? qm__belt_clean_shadow(b->base, b->span) == 0 && (b->pool & P_CLEAN)
-                   : qm__belt_clean(b->base, b->span) == 0;
+  bool clean = b->chunk.pool & P_POOLED ? qm__belt_clean_shadow(b->map.base, b->map.span) == 0 &&
+                                              (b->chunk.pool & P_CLEAN)
+                                        : qm__belt_clean(b->map.base, b->map.span) == 0;
   qm_lock(&S.lock);
   bool work = bury_locked(i, clean);
   qm_unlock(&S.lock);
@@ -251,9 +251,9 @@ static void bury(uint32_t i) {
 
 static void take_victims_locked(const victims_t *v) {
   for (unsigned k = 0; k < v->nunmap; k++)
-    B(v->unmap[k])->state = B_BUSY;
+    B(v->unmap[k])->chunk.state = B_BUSY;
   for (unsigned k = 0; k < v->ndrop; k++)
-    B(v->drop[k])->state = B_BUSY;
+    B(v->drop[k])->chunk.state = B_BUSY;
 }
 
 /* Unmaps the unmap victims and drops the drop victims' pages (belt chunks
@@ -265,9 +265,9 @@ static void process_victims(victims_t *v) {
    * reports): read before, since a buried record may be reused at once */
   bool ub[VICTIMS], db[VICTIMS];
   for (unsigned k = 0; k < v->nunmap; k++)
-    ub[k] = B(v->unmap[k])->flags & F_BELT;
+    ub[k] = B(v->unmap[k])->chunk.flags & F_BELT;
   for (unsigned k = 0; k < v->ndrop; k++)
-    db[k] = B(v->drop[k])->flags & F_BELT;
+    db[k] = B(v->drop[k])->chunk.flags & F_BELT;
   for (unsigned k = 0; k < v->nunmap; k++)
     if (ub[k])
       bury(v->unmap[k]);
@@ -278,7 +278,7 @@ static void process_victims(victims_t *v) {
     if (db[k])
       bury(v->drop[k]);
     else
-      qm__range_drop(LF.strategy, (void *)b->usable, b->dirty << qm__page_shift);
+      qm__range_drop(LF.strategy, (void *)b->map.usable, b->map.dirty << qm__page_shift);
   }
   if (!v->nunmap && !v->ndrop)
     return;
@@ -290,8 +290,8 @@ static void process_victims(victims_t *v) {
     if (db[k])
       continue;
     block_t *b = B(v->drop[k]);
-    b->dirty = 0;
-    b->state = B_QUAR;
+    b->map.dirty = 0;
+    b->chunk.state = B_QUAR;
     qm__q_dropped(v->drop[k]);
   }
   L.unmaps += v->nunmap;
@@ -333,12 +333,19 @@ static bool unmap_all(bool unaged_too) {
   }
 }
 
-/* A BUSY chunk that left the user, its range retired, goes into the
- * quarantine (under S.lock); returns whether the caller must
- * enforce_all(). */
+/* A BUSY chunk that left the user, its range retired (dropped: its pages
+ * gone), goes into the quarantine (under S.lock); returns whether the
+ * caller must enforce_all(). Inaccessible there but under strategy none;
+ * the windows of the quarantine and of the belt count from now. */
 static bool enter_locked(uint32_t i, bool dropped) {
-  B(i)->state = B_QUAR;
-  return qm__q_enter(i, dropped);
+  block_t *b = B(i);
+  if (dropped)
+    b->map.dirty = 0;
+  if (LF.strategy != QM_STRATEGY_NONE)
+    b->map.rw = 0;
+  b->chunk.seq = qm__rec_frees();
+  b->chunk.state = B_QUAR;
+  return qm__q_enter(i);
 }
 
 /* ---- initialisation ---- */
@@ -407,24 +414,24 @@ static size_t hand_out_locked(uint32_t i, size_t size, unsigned ashift, size_t n
   block_t *b = B(i);
   qm__note_alloc(i, t);
   uintptr_t was = user_of(b);
-  b->lead = lead;
+  b->map.lead = lead;
   if (reused)
     qm__tab_rekey(was, user_of(b), i);
-  size_t nonzero = (b->dirty > lead ? b->dirty - lead : 0) << qm__page_shift;
+  size_t nonzero = (b->map.dirty > lead ? b->map.dirty - lead : 0) << qm__page_shift;
   /* pages that come back writable: under protect with the fast path, and
    * pages moved RW from the belt's pool on any kernel */
-  bool kept = LF.fast || ((b->flags & F_BELT) && LF.belt_way == QM_BELT_MOVE);
+  bool kept = LF.fast || ((b->chunk.flags & F_BELT) && LF.belt_way == QM_BELT_MOVE);
   if (reused && LF.strategy == QM_STRATEGY_PROTECT && kept)
-    L.avoided += b->dirty < need ? b->dirty : need;
+    L.avoided += b->map.dirty < need ? b->map.dirty : need;
   /* every page open to the user may be written, and stays counted until its
    * pages are dropped: calloc on a later reuse relies on it */
-  if (b->dirty < b->rw)
-    b->dirty = b->rw;
+  if (b->map.dirty < b->map.rw)
+    b->map.dirty = b->map.rw;
   tail_add(b);
-  b->size = size;
-  b->ashift = (uint8_t)ashift;
-  b->state = B_LIVE;
-  b->flags &= (uint8_t)~F_FREED;
+  b->chunk.size = size;
+  b->chunk.ashift = (uint8_t)ashift;
+  b->chunk.state = B_LIVE;
+  b->chunk.flags &= (uint8_t)~F_FREED;
   qm__set_vmas(b, true);
   L.live++;
   L.live_bytes += size;
@@ -463,16 +470,10 @@ static void *hand_out(uint32_t i, size_t size, unsigned ashift, size_t need, siz
  * from the belt, or mapped), need of its cap pages RW, and is published. */
 static void publish_fresh(uint32_t i, const qm_range_t *r, size_t cap, size_t need, size_t lead,
                           uint8_t flags) {
-  *B(i) = (block_t){.base = r->base,
-                    .usable = r->usable,
-                    .span = r->span,
-                    .cap = cap,
-                    .rw = need,
-                    .lead = lead,
-                    .state = B_BUSY,
-                    .flags = flags,
-                    .bprev = NIL,
-                    .bnext = NIL};
+  block_t *b = B(i);
+  b->map = (blk_map_t){
+      .base = r->base, .usable = r->usable, .span = r->span, .cap = cap, .rw = need, .lead = lead};
+  b->chunk = (blk_chunk_t){.state = B_BUSY, .flags = flags};
   qm__rec_publish(i);
   L.fresh++;
 }
@@ -537,18 +538,18 @@ static void *fresh_belt(size_t size, unsigned ashift, size_t need, size_t lead, 
 static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, size_t need,
                         size_t align, bool zero, const trace_t *t) {
   block_t *o = B(i);
-  size_t open = qm_need_in(o, need, align), moved = o->dirty;
-  bool pooled = o->pool & P_POOLED;
-  uintptr_t from = pooled ? qm__belt_shadow(o->usable) : o->usable;
-  bool huge = o->flags & F_HUGE;
+  size_t open = qm_need_in(o, need, align), moved = o->map.dirty;
+  bool pooled = o->chunk.pool & P_POOLED;
+  uintptr_t from = pooled ? qm__belt_shadow(o->map.usable) : o->map.usable;
+  bool huge = o->chunk.flags & F_HUGE;
   size_t calign = huge && align < LF.thp_size ? LF.thp_size : align;
   qm_range_t r;
   uint32_t j = NIL;
   /* a range of several VMAs moves in one mremap() only on kernels that
    * allow it (see qm_os_move_spans_vmas) */
-  if (!(o->flags & F_SPLIT) || qm_os_move_spans_vmas()) {
+  if (!(o->chunk.flags & F_SPLIT) || qm_os_move_spans_vmas()) {
     qm_lock(&S.lock);
-    j = carve_locked(o->cap, calign, &r);
+    j = carve_locked(o->map.cap, calign, &r);
     qm_unlock(&S.lock);
   }
   if (j == NIL) {
@@ -593,18 +594,16 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
   block_t *b = B(j);
   /* the moved pages are a VMA of their own (their page offsets are the old
    * range's): split from the rest of the RW part if that is more */
-  bool split = moved && (open > moved || (o->flags & F_SPLIT));
-  *b = (block_t){.base = r.base,
-                 .usable = r.usable,
-                 .span = r.span,
-                 .cap = o->cap,
-                 .rw = open,
-                 .dirty = moved,
-                 .state = B_BUSY,
-                 .flags = (uint8_t)(F_BELT | (huge ? F_HUGE : 0) | (split ? F_SPLIT : 0)),
-                 .extra_vmas = more_vmas(o->extra_vmas, moved && open > moved),
-                 .bprev = NIL,
-                 .bnext = NIL};
+  bool split = moved && (open > moved || (o->chunk.flags & F_SPLIT));
+  b->map = (blk_map_t){.base = r.base,
+                       .usable = r.usable,
+                       .span = r.span,
+                       .cap = o->map.cap,
+                       .rw = open,
+                       .dirty = moved};
+  b->chunk = (blk_chunk_t){.state = B_BUSY,
+                           .flags = (uint8_t)(F_BELT | (huge ? F_HUGE : 0) | (split ? F_SPLIT : 0)),
+                           .extra_vmas = more_vmas(o->chunk.extra_vmas, moved && open > moved)};
   qm__rec_publish(j);
   L.belt_moves++;
   /* its range and, pooled, its place in the mirror (emptied) are mapped
@@ -623,14 +622,14 @@ static bool settle_pieces(const piece_t *pc, unsigned n) {
     if (qm__q_settle(pc[k].i))
       work |= bury_locked(pc[k].i, false);
     else
-      B(pc[k].i)->state = B_QUAR;
+      B(pc[k].i)->chunk.state = B_QUAR;
   return work;
 }
 
 /* Gives pieces back to the pool unmoved (under S.lock). */
 static void ungather_locked(const piece_t *pc, unsigned n) {
   for (unsigned k = 0; k < n; k++)
-    B(pc[k].i)->state = B_QUAR;
+    B(pc[k].i)->chunk.state = B_QUAR;
   qm__q_ungather(pc, n);
 }
 
@@ -688,7 +687,7 @@ static bool gather_plan_locked(gather_t *g, size_t need, size_t align) {
       qm__q_ungather(g->pc, g->n); /* still QUAR: not marked yet */
     if (g->j != NIL) {
       for (unsigned k = 0; k < g->n; k++)
-        B(g->pc[k].i)->state = B_BUSY;
+        B(g->pc[k].i)->chunk.state = B_BUSY;
       return true;
     }
     /* a smaller request that small pages cannot fill takes whole huge
@@ -719,9 +718,9 @@ static void *gather_reuse(gather_t *g, size_t size, unsigned ashift, size_t page
   unsigned k = 0;
   for (; k < n && !err; k++) {
     const block_t *o = B(pc[k].i);
-    uintptr_t from = o->pool & P_POOLED ? qm__belt_shadow(o->usable) : o->usable;
-    closed |= !(o->pool & P_POOLED);
-    open |= o->pool & P_POOLED;
+    uintptr_t from = o->chunk.pool & P_POOLED ? qm__belt_shadow(o->map.usable) : o->map.usable;
+    closed |= !(o->chunk.pool & P_POOLED);
+    open |= o->chunk.pool & P_POOLED;
     err = qm_os_move((void *)(from + (pc[k].off << qm__page_shift)), pc[k].n << qm__page_shift,
                      (void *)(r.usable + (moved << qm__page_shift)), true);
     if (!err)
@@ -775,18 +774,17 @@ static void *gather_reuse(gather_t *g, size_t size, unsigned ashift, size_t page
   unsigned parts = moved < need; /* mappings its RW part is */
   for (unsigned m = 0; m < n; m++)
     parts += pc[m].vmas;
-  *b = (block_t){.base = r.base,
-                 .usable = r.usable,
-                 .span = r.span,
-                 .cap = cap,
-                 .rw = need,
-                 .dirty = moved,
-                 .lead = lead,
-                 .state = B_BUSY,
-                 .flags = (uint8_t)(F_BELT | (huge ? F_HUGE : 0) | (parts > 1 ? F_SPLIT : 0)),
-                 .extra_vmas = (uint8_t)(parts - 1),
-                 .bprev = NIL,
-                 .bnext = NIL};
+  b->map = (blk_map_t){.base = r.base,
+                       .usable = r.usable,
+                       .span = r.span,
+                       .cap = cap,
+                       .rw = need,
+                       .dirty = moved,
+                       .lead = lead};
+  b->chunk =
+      (blk_chunk_t){.state = B_BUSY,
+                    .flags = (uint8_t)(F_BELT | (huge ? F_HUGE : 0) | (parts > 1 ? F_SPLIT : 0)),
+                    .extra_vmas = (uint8_t)(parts - 1)};
   qm__rec_publish(j);
   L.belt_moves++;
   L.belt_gathers++;
@@ -842,7 +840,7 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
 /* Unmaps a BUSY chunk whose protection could not be changed, and forgets
  * it: never leave a chunk half-protected. */
 static void discard_block(uint32_t i) {
-  if (B(i)->flags & F_BELT) { /* its range stays the belt's, dead */
+  if (B(i)->chunk.flags & F_BELT) { /* its range stays the belt's, dead */
     bury(i);
     qm_lock(&S.lock);
     L.unmaps++; /* counted as the unmap it replaces */
@@ -890,8 +888,8 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
     size_t open = i != NIL ? qm_need_in(B(i), need, align) : need;
     if (i != NIL) {
       qm__q_unlink(i);
-      B(i)->state = B_BUSY;
-      if (open <= B(i)->rw) { /* open already (strategy none): no syscall */
+      B(i)->chunk.state = B_BUSY;
+      if (open <= B(i)->map.rw) { /* open already (strategy none): no syscall */
         size_t nonzero = hand_out_locked(i, size, ashift, open, open - pages, true, &t);
         bool over = qm__q_over();
         uintptr_t u = user_of(B(i));
@@ -904,7 +902,7 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       }
     }
     qm_unlock(&S.lock);
-    if (i != NIL && (B(i)->flags & F_BELT)) {
+    if (i != NIL && (B(i)->chunk.flags & F_BELT)) {
       void *p = move_reuse(i, size, ashift, pages, need, align, zero, &t);
       if (p)
         return p;
@@ -918,12 +916,12 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
     if (i != NIL) {
       block_t *b = B(i);
       int err = 0;
-      if (open > b->rw)
-        err = qm__range_revive(LF.strategy, (void *)(b->usable + (b->rw << qm__page_shift)),
-                               (open - b->rw) << qm__page_shift);
+      if (open > b->map.rw)
+        err = qm__range_revive(LF.strategy, (void *)(b->map.usable + (b->map.rw << qm__page_shift)),
+                               (open - b->map.rw) << qm__page_shift);
       if (!err) {
-        if (b->rw < open)
-          b->rw = open;
+        if (b->map.rw < open)
+          b->map.rw = open;
         return hand_out(i, size, ashift, open, open - pages, zero, true, &t);
       }
       discard_block(i);
@@ -943,8 +941,8 @@ static uint32_t find_live_locked(void *p, qm_op_t op) {
     qm_unlock(&S.lock);
     qm__report_bad_pointer(op, p);
   }
-  if (B(i)->state != B_LIVE) {
-    size_t size = B(i)->size;
+  if (B(i)->chunk.state != B_LIVE) {
+    size_t size = B(i)->chunk.size;
     qm_unlock(&S.lock);
     qm__report_freed(op, p, QM_CK_LARGE, size);
   }
@@ -960,11 +958,11 @@ static uint32_t find_live_locked(void *p, qm_op_t op) {
 static bool unmap_on_free(const block_t *b) {
   bool none = LF.strategy == QM_STRATEGY_NONE;
   if (LF.strategy == QM_STRATEGY_UNMAP || !qm__opt.quarantine_max_chunks ||
-      (none && b->flags & F_NOREUSE))
+      (none && b->chunk.flags & F_NOREUSE))
     return true;
-  if (qm__rec_maps() - b->vmas + qm__range_vmas(LF.strategy, none) <= LF.map_budget)
+  if (qm__rec_maps() - b->rec.vmas + qm__range_vmas(LF.strategy, none) <= LF.map_budget)
     return false;
-  if (none || (b->flags & F_BELT))
+  if (none || (b->chunk.flags & F_BELT))
     return true; /* no window to give up: a belt chunk is buried, its range kept */
   if (qm__opt.hardening == QM_HARDENING_MAX)
     return false;
@@ -977,11 +975,11 @@ static bool unmap_on_free(const block_t *b) {
  * cap mprotect(NONE) of the RW part (one mapping already: no split), which
  * is then mapped afresh once dead. Returns whether it was mapped afresh. */
 static bool close_range(const block_t *b, size_t len) {
-  if (!qm__belt_clean(b->base, b->span))
+  if (!qm__belt_clean(b->map.base, b->map.span))
     return true;
-  int err = qm_os_protect((void *)b->usable, len, QM_PROT_RW, QM_PROT_NONE);
+  int err = qm_os_protect((void *)b->map.usable, len, QM_PROT_RW, QM_PROT_NONE);
   if (err) /* a freed chunk left open: never */
-    qm__report_os_failure("mprotect", (void *)b->usable, len, err);
+    qm__report_os_failure("mprotect", (void *)b->map.usable, len, err);
   return false;
 }
 
@@ -1006,15 +1004,15 @@ static bool close_range(const block_t *b, size_t len) {
  * caller buries the chunk. */
 static bool pool_block(uint32_t i) {
   block_t *b = B(i);
-  size_t pages = b->rw;
-  if (!pages || ((b->flags & F_SPLIT) && !qm_os_move_spans_vmas()))
+  size_t pages = b->map.rw;
+  if (!pages || ((b->chunk.flags & F_SPLIT) && !qm_os_move_spans_vmas()))
     return false;
-  if (b->dirty > b->rw &&
-      !qm_os_protect((void *)(b->usable + (b->rw << qm__page_shift)),
-                     (b->dirty - b->rw) << qm__page_shift, QM_PROT_NONE, QM_PROT_RW))
-    pages = b->dirty;
+  if (b->map.dirty > b->map.rw &&
+      !qm_os_protect((void *)(b->map.usable + (b->map.rw << qm__page_shift)),
+                     (b->map.dirty - b->map.rw) << qm__page_shift, QM_PROT_NONE, QM_PROT_RW))
+    pages = b->map.dirty;
   size_t len = pages << qm__page_shift;
-  int err = qm_os_move((void *)b->usable, len, (void *)qm__belt_shadow(b->usable), true);
+  int err = qm_os_move((void *)b->map.usable, len, (void *)qm__belt_shadow(b->map.usable), true);
   if (err == EINVAL) { /* before Linux 5.7: no belt from now on */
     qm_lock(&S.lock);
     L.no_dontunmap = true;
@@ -1034,8 +1032,8 @@ static bool pool_block(uint32_t i) {
   }
   uint8_t pool = close_range(b, len) ? P_POOLED | P_CLEAN : P_POOLED;
   qm_lock(&S.lock);
-  b->pool = pool;
-  b->dirty = pages;
+  b->chunk.pool = pool;
+  b->map.dirty = pages;
   L.belt_pooled++;
   bool over = enter_locked(i, false);
   qm_unlock(&S.lock);
@@ -1048,17 +1046,17 @@ static bool pool_block(uint32_t i) {
  * where the quarantine cannot hold it). */
 static void retire_block(uint32_t i, bool unmap_now) {
   block_t *b = B(i);
-  if (!unmap_now && (b->flags & F_BELT) && LF.belt_way == QM_BELT_MOVE) {
+  if (!unmap_now && (b->chunk.flags & F_BELT) && LF.belt_way == QM_BELT_MOVE) {
     if (!pool_block(i))
       bury(i);
     return;
   }
   if (!unmap_now) {
     int strat = LF.strategy;
-    if (b->flags & F_NOREUSE && strat == QM_STRATEGY_PROTECT)
+    if (b->chunk.flags & F_NOREUSE && strat == QM_STRATEGY_PROTECT)
       strat = QM_STRATEGY_DISCARD; /* never reused: holding its pages is waste */
     bool dropped;
-    if (qm__range_retire(strat, (void *)b->usable, b->rw << qm__page_shift, &dropped)) {
+    if (qm__range_retire(strat, (void *)b->map.usable, b->map.rw << qm__page_shift, &dropped)) {
       discard_block(i);
       return;
     }
@@ -1079,13 +1077,13 @@ void qm__large_free(void *p) {
   trace_capture(&t);
   uint32_t i = find_live_locked(p, QM_OP_FREE);
   block_t *b = B(i);
-  b->state = B_BUSY;
-  b->flags |= F_FREED;
+  b->chunk.state = B_BUSY;
+  b->chunk.flags |= F_FREED;
   tail_sub(b);
-  b->odo = qm__belt_odometer();
-  b->seq = qm__note_free(i, &t);
+  b->chunk.odo = qm__belt_odometer();
+  b->chunk.seq = qm__note_free(i, &t);
   L.live--;
-  L.live_bytes -= b->size;
+  L.live_bytes -= b->chunk.size;
   bool none = LF.strategy == QM_STRATEGY_NONE, unmap_now = unmap_on_free(b);
   if (none && !unmap_now) { /* nothing to retire: straight in, one lock */
     bool over = enter_locked(i, false);
@@ -1104,7 +1102,7 @@ size_t qm__large_usable(void *p, qm_op_t op) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
     qm__report_bad_pointer(op, p);
   uint32_t i = find_live_locked(p, op);
-  size_t n = (B(i)->rw - B(i)->lead) << qm__page_shift;
+  size_t n = (B(i)->map.rw - B(i)->map.lead) << qm__page_shift;
   qm_unlock(&S.lock);
   return n;
 }
@@ -1118,8 +1116,8 @@ size_t qm__large_held(void *p, qm_op_t op, size_t *align) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire))
     qm__report_bad_pointer(op, p);
   uint32_t i = find_live_locked(p, op);
-  size_t n = B(i)->size;
-  *align = B(i)->ashift ? (size_t)1 << B(i)->ashift : QM_MIN_ALIGN;
+  size_t n = B(i)->chunk.size;
+  *align = B(i)->chunk.ashift ? (size_t)1 << B(i)->chunk.ashift : QM_MIN_ALIGN;
   qm_unlock(&S.lock);
   return n;
 }
@@ -1133,17 +1131,17 @@ size_t qm__large_held(void *p, qm_op_t op, size_t *align) {
 static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t) {
   block_t *o = B(old);
   size_t cap = pclass_pages(pclass(need * 2));
-  if (cap < need || L.no_dontunmap || !o->rw)
+  if (cap < need || L.no_dontunmap || !o->map.rw)
     return NULL;
   /* a chunk of several VMAs moves in one mremap() only on kernels that allow
    * it; elsewhere (5.10, 5.15) that mremap() fails, so it is copied */
-  if ((o->flags & F_SPLIT) && !qm_os_move_spans_vmas())
+  if ((o->chunk.flags & F_SPLIT) && !qm_os_move_spans_vmas())
     return NULL;
   /* the record first: once the pages have moved, the way back could fail */
   qm_lock(&S.lock);
   uint32_t i = qm__tab_reserve() ? qm__rec_alloc() : NIL;
   if (i != NIL)
-    B(i)->state = B_BUSY;
+    B(i)->chunk.state = B_BUSY;
   qm_unlock(&S.lock);
   if (i == NIL)
     return NULL;
@@ -1166,7 +1164,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
     err = qm__range_map(LF.strategy, cap << qm__page_shift, huge ? LF.thp_size : 0, 0,
                         thp_advice(cap), &r);
   bool mapped = !belt && !err;
-  size_t moved = o->rw << qm__page_shift;
+  size_t moved = o->map.rw << qm__page_shift;
   bool revived = false;
   if (!err && belt) { /* the part past the pages moved: the carved reservation */
     err = open_afresh(r.usable + moved, (need << qm__page_shift) - moved, 0);
@@ -1182,7 +1180,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
     revived = !err;
   }
   if (!err)
-    err = qm_os_move((void *)o->usable, moved, (void *)r.usable, true);
+    err = qm_os_move((void *)o->map.usable, moved, (void *)r.usable, true);
   if (err && mapped)
     qm_os_unmap((void *)r.base, r.span);
   if (err) {
@@ -1202,19 +1200,17 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
   qm_lock(&S.lock);
   qm__tab_reserve();
   block_t *b = B(i);
-  *b = (block_t){.base = r.base,
-                 .usable = r.usable,
-                 .span = r.span,
-                 .cap = cap,
-                 .rw = need,
-                 .dirty = need,
-                 .lead = o->lead, /* the pages before the user pointer moved too */
-                 .size = size,
-                 .state = B_LIVE,
-                 .flags = (noreuse ? F_NOREUSE : 0) | F_SPLIT | (belt ? F_BELT : 0),
-                 .extra_vmas = more_vmas(o->extra_vmas, 1),
-                 .bprev = NIL,
-                 .bnext = NIL};
+  b->map = (blk_map_t){.base = r.base,
+                       .usable = r.usable,
+                       .span = r.span,
+                       .cap = cap,
+                       .rw = need,
+                       .dirty = need,
+                       .lead = o->map.lead /* the pages before the user pointer moved too */};
+  b->chunk = (blk_chunk_t){.size = size,
+                           .state = B_LIVE,
+                           .flags = (noreuse ? F_NOREUSE : 0) | F_SPLIT | (belt ? F_BELT : 0),
+                           .extra_vmas = more_vmas(o->chunk.extra_vmas, 1)};
   qm__set_vmas(b, true);
   qm__note_alloc(i, t);
   qm__rec_publish(i);
@@ -1229,19 +1225,19 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
    * such a tail nothing is resident, so nothing counts against the
    * quarantine's budget or as a fault reuse would save */
   tail_sub(o);
-  if (o->dirty <= o->rw)
-    o->dirty = 0;
+  if (o->map.dirty <= o->map.rw)
+    o->map.dirty = 0;
   /* the move left the emptied pages a VMA apart from the rest of the
    * range: reused in place, its RW part may be two mappings that do not
    * merge (seen on 6.18), which 5.10 and 5.15 cannot move in one mremap */
-  o->flags |= F_FREED | F_SPLIT;
-  o->odo = qm__belt_odometer();
-  o->seq = qm__note_free(old, t);
+  o->chunk.flags |= F_FREED | F_SPLIT;
+  o->chunk.odo = qm__belt_odometer();
+  o->chunk.seq = qm__note_free(old, t);
   L.live--;
-  L.live_bytes -= o->size;
+  L.live_bytes -= o->chunk.size;
   bool unmap_now = unmap_on_free(o);
   qm_unlock(&S.lock);
-  if (o->flags & F_BELT) /* its range is empty: dead at once, mapped afresh */
+  if (o->chunk.flags & F_BELT) /* its range is empty: dead at once, mapped afresh */
     bury(old);
   else
     retire_block(old, unmap_now);
@@ -1255,23 +1251,23 @@ void *qm__large_realloc(void *p, size_t size) {
   trace_capture(&t);
   uint32_t i = find_live_locked(p, QM_OP_REALLOC);
   block_t *b = B(i);
-  size_t need = b->lead + qm_pages(size); /* pages from usable, as rw counts them */
-  if (need <= b->cap) {
-    size_t old_rw = b->rw;
+  size_t need = b->map.lead + qm_pages(size); /* pages from usable, as rw counts them */
+  if (need <= b->map.cap) {
+    size_t old_rw = b->map.rw;
     /* Growth by realloc tends to go on (a buffer appended to): open an
      * eighth more than asked, within the capacity, so that the next steps
      * move no guard; that slack counts in the usable size. A shrink within
      * it, or under strategy none, keeps the pages open too. */
-    size_t open = need + need / 8 < b->cap ? need + need / 8 : b->cap;
+    size_t open = need + need / 8 < b->map.cap ? need + need / 8 : b->map.cap;
     if ((need <= old_rw && old_rw <= open) || (need < old_rw && LF.strategy == QM_STRATEGY_NONE)) {
-      L.live_bytes = L.live_bytes - b->size + size;
-      b->size = size;
-      b->ashift = 0; /* realloc hands out malloc's kind of chunk */
+      L.live_bytes = L.live_bytes - b->chunk.size + size;
+      b->chunk.size = size;
+      b->chunk.ashift = 0; /* realloc hands out malloc's kind of chunk */
       L.in_place++;
       qm_unlock(&S.lock);
       return p;
     }
-    b->state = B_BUSY;
+    b->chunk.state = B_BUSY;
     qm_unlock(&S.lock);
     int err;
     bool dropped = false;
@@ -1279,36 +1275,36 @@ void *qm__large_realloc(void *p, size_t size) {
     /* a belt chunk's pages past its resident ones are the carved
      * reservation's: mapped afresh (open_afresh), its resident tail
      * opened again by mprotect (it merges back) */
-    size_t kept = (b->flags & F_BELT) && b->dirty < new_rw ? b->dirty : new_rw;
+    size_t kept = (b->chunk.flags & F_BELT) && b->map.dirty < new_rw ? b->map.dirty : new_rw;
     if (need > old_rw) {
-      err = qm__range_revive(LF.strategy, (void *)(b->usable + (old_rw << qm__page_shift)),
+      err = qm__range_revive(LF.strategy, (void *)(b->map.usable + (old_rw << qm__page_shift)),
                              (kept - old_rw) << qm__page_shift);
       if (!err && kept < new_rw &&
-          (err = open_afresh(b->usable + (kept << qm__page_shift),
-                             (new_rw - kept) << qm__page_shift, thp_advice(b->cap))))
-        qm__range_retire(LF.strategy, (void *)(b->usable + (old_rw << qm__page_shift)),
+          (err = open_afresh(b->map.usable + (kept << qm__page_shift),
+                             (new_rw - kept) << qm__page_shift, thp_advice(b->map.cap))))
+        qm__range_retire(LF.strategy, (void *)(b->map.usable + (old_rw << qm__page_shift)),
                          (kept - old_rw) << qm__page_shift, &dropped); /* as it was */
     } else
-      err = qm__range_retire(LF.strategy, (void *)(b->usable + (need << qm__page_shift)),
+      err = qm__range_retire(LF.strategy, (void *)(b->map.usable + (need << qm__page_shift)),
                              (old_rw - need) << qm__page_shift, &dropped);
     qm_lock(&S.lock);
-    b->state = B_LIVE;
+    b->chunk.state = B_LIVE;
     if (!err) {
       tail_sub(b);
-      b->rw = new_rw;
+      b->map.rw = new_rw;
       /* a belt chunk opened past its resident pages: those come from the
        * reservation, a mapping apart from pages an earlier reuse moved in
        * (their offsets differ), so its RW part may be two mappings now */
-      if (new_rw > b->dirty && (b->flags & F_BELT)) {
-        b->flags |= F_SPLIT;
-        b->extra_vmas = more_vmas(b->extra_vmas, 1);
+      if (new_rw > b->map.dirty && (b->chunk.flags & F_BELT)) {
+        b->chunk.flags |= F_SPLIT;
+        b->chunk.extra_vmas = more_vmas(b->chunk.extra_vmas, 1);
       }
-      if (b->dirty < new_rw)
-        b->dirty = new_rw;
+      if (b->map.dirty < new_rw)
+        b->map.dirty = new_rw;
       tail_add(b); /* a shrink keeps its tail resident */
-      L.live_bytes = L.live_bytes - b->size + size;
-      b->size = size;
-      b->ashift = 0; /* realloc hands out malloc's kind of chunk */
+      L.live_bytes = L.live_bytes - b->chunk.size + size;
+      b->chunk.size = size;
+      b->chunk.ashift = 0; /* realloc hands out malloc's kind of chunk */
       L.in_place++;
       bool over = qm__q_over(); /* that tail counts against the budget */
       qm_unlock(&S.lock);
@@ -1317,22 +1313,22 @@ void *qm__large_realloc(void *p, size_t size) {
       return p;
     }
     if (need < old_rw) { /* could not protect the tail: still correct */
-      L.live_bytes = L.live_bytes - b->size + size;
-      b->size = size;
-      b->ashift = 0; /* realloc hands out malloc's kind of chunk */
+      L.live_bytes = L.live_bytes - b->chunk.size + size;
+      b->chunk.size = size;
+      b->chunk.ashift = 0; /* realloc hands out malloc's kind of chunk */
       qm_unlock(&S.lock);
       return p;
     }
   }
-  b->state = B_BUSY;
+  b->chunk.state = B_BUSY;
   qm_unlock(&S.lock);
   void *q = move_grow(i, size, need, &t);
   if (q)
     return q;
   qm_lock(&S.lock);
-  b->state = B_LIVE;
+  b->chunk.state = B_LIVE;
   /* every byte the program may have written, slack past the request too */
-  size_t old_usable = (b->rw - b->lead) << qm__page_shift;
+  size_t old_usable = (b->map.rw - b->map.lead) << qm__page_shift;
   qm_unlock(&S.lock);
   q = qm__large_alloc(size, 0, false);
   if (!q)
@@ -1419,7 +1415,7 @@ size_t qm__large_object_size(uintptr_t a) {
   if (i != NIL) {
     const block_t *b = B(i);
     uintptr_t u = user_of(b);
-    r = b->state == B_LIVE && a >= u && a - u < b->size ? b->size - (a - u) : 0;
+    r = b->chunk.state == B_LIVE && a >= u && a - u < b->chunk.size ? b->chunk.size - (a - u) : 0;
   }
   qm_unlock(&S.lock);
   return r;

@@ -248,9 +248,9 @@ int qmt_large_rw(const void *p, uintptr_t *lo, uintptr_t *hi, unsigned *bound) {
   if (i == NIL)
     return 0;
   const block_t *b = B(i);
-  *lo = b->usable;
-  *hi = b->usable + (b->rw << qm__page_shift);
-  *bound = b->flags & F_SPLIT ? b->extra_vmas + 1u : 1u; /* one, unless F_SPLIT */
+  *lo = b->map.usable;
+  *hi = b->map.usable + (b->map.rw << qm__page_shift);
+  *bound = b->chunk.flags & F_SPLIT ? b->chunk.extra_vmas + 1u : 1u; /* one, unless F_SPLIT */
   return 1;
 }
 
@@ -258,8 +258,8 @@ int qmt_large_range(const void *p, uintptr_t *base, uintptr_t *end) {
   uint32_t i = qm__rec_find((uintptr_t)p);
   if (i == NIL)
     return 0;
-  *base = B(i)->base;
-  *end = B(i)->base + B(i)->span;
+  *base = B(i)->map.base;
+  *end = B(i)->map.base + B(i)->map.span;
   return 1;
 }
 
