@@ -27,6 +27,7 @@
 #include "meta.h"
 #include "options.h"
 #include "os.h"
+#include "out.h"
 #include "primary.h"
 #include "qm.h"
 #include "random.h"
@@ -253,7 +254,7 @@ void qm__init_slow(void) {
     qm_buf_str(&b, ": ");
     qm_buf_str(&b, r->belt_reason);
     qm_buf_str(&b, "\n");
-    qm__report_out(&b);
+    qm__out(&b);
   }
 }
 

@@ -15,7 +15,7 @@
 
 #include "fmt.h"
 #include "os.h"
-#include "report.h"
+#include "out.h"
 
 enum { KIND_BOOL, KIND_UINT, KIND_ENUM, KIND_STR };
 #define KIND_OF_BOOL KIND_BOOL
@@ -375,6 +375,6 @@ void qm__options_print(void) {
     qm_buf_str(&b, " ");
     qm_buf_str(&b, d->doc);
     qm_buf_str(&b, "\n");
-    qm__report_out(&b);
+    qm__out(&b);
   }
 }

@@ -16,7 +16,7 @@
 
 #include "large_record.h"
 #include "options.h"
-#include "report.h"
+#include "out.h"
 #include "strategy.h"
 
 /* The quarantine's state, all of it under S.lock. */

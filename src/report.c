@@ -1,130 +1,23 @@
 /* report.c: the catalogue of fatal reports, one function per kind, and the
  * one formatter they share (emit_head, emit_summary: the kind's words are
  * facts, never read back from formatted text), which also prints a large
- * chunk's kept stacks from what large_report.c reads; warnings. Fatal reports end
- * in abort() so that a core dump and the SIGABRT reach whoever watches the
- * process; a second fatal error while reporting aborts at once. The log file
- * is opened at the first line written, by the process writing it.
+ * chunk's kept stacks from what large_report.c reads. Fatal reports end in
+ * abort() so that a core dump and the SIGABRT reach whoever watches the
+ * process; a second fatal error while reporting aborts at once. Every line
+ * goes out through out.c.
  */
 #include "report.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "large_report.h"
 #include "options.h"
+#include "out.h"
 #include "stack.h"
 
 static atomic_int reporting;
-
-/* The log file of option log_path, PATH.<pid>: opened late rather than at
- * start-up, so that a daemon that closes every descriptor as it starts does
- * not close it, and a fork child writes its own file. The descriptor is
- * trusted only while it is still the file opened (a program may have closed
- * it and got the number back for a file of its own). A process whose file
- * cannot be opened, or is refused, says so once on stderr and does not try
- * again (failed_pid). */
-static struct {
-  int fd, pid, failed_pid;
-  dev_t dev;
-  ino_t ino;
-} lg = {.fd = -1};
-
-/* "qmalloc: WARNING: log_path: cannot open 'PATH': why; ..." on stderr only
- * (the log file is what failed). */
-static void log_warn(const qm_buf_t *path, const char *why, int err) {
-  qm_buf_t b;
-  b.n = 0;
-  qm_buf_str(&b, "qmalloc: WARNING: log_path: cannot open '");
-  qm_buf_escaped(&b, path->s, path->n);
-  qm_buf_str(&b, "': ");
-  if (why) {
-    qm_buf_str(&b, why);
-  } else if (err == ENOENT) {
-    qm_buf_str(&b, "its directory does not exist");
-  } else if (err == ELOOP) {
-    qm_buf_str(&b, "it is a symbolic link, refused");
-  } else if (err == EACCES || err == EPERM) {
-    qm_buf_str(&b, "permission denied");
-  } else {
-    qm_buf_str(&b, "errno ");
-    qm_buf_dec(&b, (uint64_t)err);
-  }
-  qm_buf_str(&b, "; reports go to stderr only\n");
-  qm_buf_flush(&b, STDERR_FILENO);
-}
-
-/* The file is opened as the process's effective user writes it: never
- * through a symbolic link (O_NOFOLLOW), and kept only if it is a regular
- * file with one link owned by that user, so that neither a link planted in
- * a shared directory nor a file another user made ahead of time gets the
- * reports, whatever the program's privileges. Created 0600: reports hold
- * addresses. */
-static int log_fd(void) {
-  if (!qm__opt_str.log_path[0])
-    return -1;
-  int pid = (int)getpid();
-  struct stat st;
-  if (lg.fd >= 0 && lg.pid == pid && !fstat(lg.fd, &st) && st.st_dev == lg.dev &&
-      st.st_ino == lg.ino)
-    return lg.fd;
-  if (lg.failed_pid == pid)
-    return -1;
-  qm_buf_t path;
-  path.n = 0;
-  qm_buf_str(&path, qm__opt_str.log_path);
-  qm_buf_str(&path, ".");
-  qm_buf_dec(&path, (uint64_t)pid);
-  if (path.n >= sizeof path.s)
-    return -1;
-  path.s[path.n] = 0;
-  int saved = errno;
-  int fd = open(path.s, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0600);
-  int err = errno;
-  const char *why = NULL;
-  if (fd >= 0 && fstat(fd, &st)) {
-    err = errno;
-    close(fd);
-    fd = -1;
-  } else if (fd >= 0 && (!S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != geteuid())) {
-    why = "not a regular file with one link owned by the user writing it, refused";
-    close(fd);
-    fd = -1;
-  }
-  errno = saved;
-  if (fd < 0) {
-    lg.failed_pid = pid;
-    log_warn(&path, why, err);
-    return -1;
-  }
-  lg.fd = fd;
-  lg.pid = pid;
-  lg.dev = st.st_dev;
-  lg.ino = st.st_ino;
-  return fd;
-}
-
-#ifdef QM_TEST_HOOKS
-void qm__report_log_forget(void) {
-  lg.fd = -1;
-  lg.pid = lg.failed_pid = 0;
-}
-#endif
-
-void qm__report_out(qm_buf_t *b) {
-  int fd = log_fd();
-  if (fd >= 0) {
-    size_t n = b->n;
-    qm_buf_flush(b, fd);
-    b->n = n;
-  }
-  qm_buf_flush(b, STDERR_FILENO);
-}
 
 /* ---- the one formatter ---- */
 
@@ -167,7 +60,7 @@ static void emit_head(const head_t *h) {
     qm_buf_str(&b, ")");
   }
   qm_buf_str(&b, "\n");
-  qm__report_out(&b);
+  qm__out(&b);
 }
 
 /* "SUMMARY: qmalloc: <kind> (module+0xOFF) symbol+0xN", the frame pc[0]:
@@ -182,7 +75,7 @@ static void emit_summary(const head_t *h, const uintptr_t *pc, unsigned n) {
     qm__frame_where(&b, pc[0]);
   }
   qm_buf_str(&b, "\n");
-  qm__report_out(&b);
+  qm__out(&b);
 }
 
 /* The stack of the call that found the error, printed after the report's
@@ -208,7 +101,7 @@ void qm__report_call_stack(const char *heading, const uintptr_t *pc, unsigned n)
   qm_buf_str(&b, " by thread ");
   qm_buf_dec(&b, qm__thread_id());
   qm_buf_str(&b, " here:\n");
-  qm__report_out(&b);
+  qm__out(&b);
   qm__stack_print(pc, n < call_frames() ? n : call_frames());
 }
 
@@ -226,7 +119,7 @@ void qm__report_kept_stacks(const void *addr) {
     qm_buf_str(&l, " large frees and ");
     qm_buf_dec(&l, k.ms_ago);
     qm_buf_str(&l, " ms ago, here:\n");
-    qm__report_out(&l);
+    qm__out(&l);
     qm__stack_print(k.free_pc, k.nfree);
     qm_buf_str(&l, "  previously allocated by thread ");
   } else {
@@ -234,7 +127,7 @@ void qm__report_kept_stacks(const void *addr) {
   }
   qm_buf_dec(&l, k.alloc_tid);
   qm_buf_str(&l, " here:\n");
-  qm__report_out(&l);
+  qm__out(&l);
   qm__stack_print(k.alloc_pc, k.nalloc);
 }
 
@@ -496,7 +389,7 @@ void qm__report_fault_line(uintptr_t a, const qm_place_t *pl, const char *rw) {
     qm_buf_str(&b, " (");
     qm_buf_mem(&b, pl->words.s, pl->words.n);
     qm_buf_str(&b, "): inside a live chunk, not at a guard of qmalloc's\n");
-    qm__report_out(&b);
+    qm__out(&b);
     return;
   }
   head_t h = {.kind = {qm__access_name(pl->access)},
@@ -510,13 +403,4 @@ void qm__report_fault_line(uintptr_t a, const qm_place_t *pl, const char *rw) {
 void qm__report_fault_summary(const qm_place_t *pl, const uintptr_t *pc, unsigned n) {
   head_t h = {.kind = {qm__access_name(pl->access)}};
   emit_summary(&h, pc, n);
-}
-
-void qm__warn_buf(qm_buf_t *line) {
-  qm_buf_t b;
-  b.n = 0;
-  qm_buf_str(&b, "qmalloc: WARNING: ");
-  qm_buf_mem(&b, line->s, line->n);
-  qm_buf_str(&b, "\n");
-  qm__report_out(&b);
 }

@@ -1,12 +1,12 @@
-/* report.h: the catalogue of reports and the one warning path. Every error
- * qmalloc detects is reported by one function per kind, which takes its
- * operation and facts and goes through one formatter (report.c): one line
+/* report.h: the catalogue of fatal reports. Every error qmalloc detects is
+ * reported by one function per kind, which takes its operation and facts
+ * and goes through one formatter (report.c): one line
  *   qmalloc: ERROR: <kind> 0x<ptr> (<details>)
  * written with write(2), then the stack of the call that found it, the
  * chunk's kept stacks where there are any, a closing
- * "SUMMARY: qmalloc: <kind> <frame>" line, and abort(). Everything qmalloc
- * prints also goes to the log file when option log_path names one. Nothing
- * allocates. The formats are restated for tests in tests/report.re.
+ * "SUMMARY: qmalloc: <kind> <frame>" line, and abort(). Everything goes out
+ * through out.h (stderr, and the log file when option log_path names one).
+ * Nothing allocates. The formats are restated for tests in tests/report.re.
  */
 #ifndef QM_REPORT_H
 #define QM_REPORT_H
@@ -89,16 +89,5 @@ void qm__report_kept_stacks(const void *addr);
 /* "  <heading> by thread N here:" and up to stack_frames (16 when 0)
  * frames of pc: the stack of the call or access that found an error. */
 void qm__report_call_stack(const char *heading, const uintptr_t *pc, unsigned n) QM_COLD;
-
-/* Writes b to stderr and the log file, then empties it. */
-void qm__report_out(qm_buf_t *b);
-#ifdef QM_TEST_HOOKS
-/* Test hook: forgets the log file and a failure to open it (the descriptor
- * stays open), so that the next line opens log_path afresh. */
-void qm__report_log_forget(void);
-#endif
-
-/* "qmalloc: WARNING: <line>" on stderr; never fatal. */
-void qm__warn_buf(qm_buf_t *line) QM_COLD;
 
 #endif

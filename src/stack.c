@@ -18,6 +18,7 @@
 #include <unwind.h>
 
 #include "init.h"
+#include "out.h"
 #include "report.h"
 
 /* Why libgcc's unwinder and not a frame-pointer walk (bench/unwind_cost.c
@@ -363,13 +364,13 @@ void qm__stack_print(const uintptr_t *pc, unsigned n) {
   if (!n) {
     b.n = 0;
     qm_buf_str(&b, "    (no stack recorded)\n");
-    qm__report_out(&b);
+    qm__out(&b);
   }
   for (unsigned k = 0; k < n; k++) {
     b.n = 0;
     qm_buf_str(&b, "    ");
     qm__frame_format(&b, k, pc[k]);
     qm_buf_str(&b, "\n");
-    qm__report_out(&b);
+    qm__out(&b);
   }
 }

@@ -48,7 +48,7 @@ void qm__frame_format(qm_buf_t *b, unsigned n, uintptr_t pc);
  * after its pc; nothing when no module holds pc): the SUMMARY line's. */
 void qm__frame_where(qm_buf_t *b, uintptr_t pc);
 
-/* Prints n frames, one a line indented by four, with qm__report_out();
+/* Prints n frames, one a line indented by four, with qm__out();
  * "(no stack recorded)" for none. */
 void qm__stack_print(const uintptr_t *pc, unsigned n);
 

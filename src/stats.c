@@ -15,6 +15,7 @@
 #include "meta.h"
 #include "options.h"
 #include "os.h"
+#include "out.h"
 #include "primary.h"
 #include "probe.h"
 #include "qmalloc.h"
@@ -76,7 +77,7 @@ static void line(qm_buf_t *b, const char *name, uint64_t v) {
   qm_buf_dec(b, v);
   qm_buf_pad_from(b, mark, 36 - (mark > 36 ? 36 : strlen(name)));
   qm_buf_str(b, "\n");
-  qm__report_out(b);
+  qm__out(b);
 }
 
 QM_EXPORT void qm_malloc_stats(void) {
@@ -87,7 +88,7 @@ QM_EXPORT void qm_malloc_stats(void) {
   qm_buf_str(&b, "qmalloc: strategy ");
   qm_buf_str(&b, s.strategy ? qm_strategy_name(s.strategy) : "(not chosen yet)");
   qm_buf_str(&b, "\n");
-  qm__report_out(&b);
+  qm__out(&b);
   line(&b, "small bytes in use", s.small_in_use);
   line(&b, "small bytes free (cached)", s.small_free);
   line(&b, "small bytes committed", s.small_committed);
@@ -171,7 +172,7 @@ static void row(const char *label, uint64_t v, const char *n1, uint64_t v1, cons
     qm_buf_dec(&b, vals[k]);
   }
   qm_buf_str(&b, "\n");
-  qm__report_out(&b);
+  qm__out(&b);
 }
 
 static void probe_row(const qm_probe_result_t *r) {
@@ -187,13 +188,13 @@ static void probe_row(const qm_probe_result_t *r) {
   qm_buf_str(&b, "): ");
   qm_buf_str(&b, r->reason);
   qm_buf_str(&b, "\n");
-  qm__report_out(&b);
+  qm__out(&b);
   qm_buf_str(&b, "qmalloc:   belt way ");
   qm_buf_str(&b, qm_belt_way_name(r->belt_way));
   qm_buf_str(&b, ": ");
   qm_buf_str(&b, r->belt_reason);
   qm_buf_str(&b, "\n");
-  qm__report_out(&b);
+  qm__out(&b);
 }
 
 /* After the program's own exit handlers (destructors run last), so the
@@ -211,7 +212,7 @@ __attribute__((destructor)) static void stats_at_exit(void) {
   qm_buf_str(&b, "qmalloc: stats at exit of pid ");
   qm_buf_dec(&b, (uint64_t)getpid());
   qm_buf_str(&b, "\n");
-  qm__report_out(&b);
+  qm__out(&b);
   if (s.strategy)
     probe_row(qm_probe_result());
   row("large allocations", s.large_allocs, "from quarantine", s.reuses, "fresh mappings",

@@ -18,6 +18,7 @@
 #include "meta.h"
 #include "options.h"
 #include "os.h"
+#include "out.h"
 #include "primary.h"
 #include "qmalloc.h"
 #include "report.h"
@@ -54,7 +55,7 @@ uint64_t qmt_option(const char *name) {
 }
 
 void qmt_quarantine_flush(void) { qm__large_flush(); }
-void qmt_log_forget(void) { qm__report_log_forget(); }
+void qmt_log_forget(void) { qm__out_log_forget(); }
 uint32_t qmt_sample_left(void) { return qm__sample_left; }
 size_t qmt_zero_cap(size_t slots) { return qm__zero_cap(slots); }
 size_t qmt_delay_early(void) { return qm__cache_delay_early(); }
