@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "boot.h"
 #include "cache.h"
 #include "guarded.h"
 #include "init.h"

@@ -3,6 +3,7 @@
  * of qmalloc owns it, asked in turn, fills a qm_place_t. Lock-free and
  * allocation-free, as the SIGSEGV handler needs.
  */
+#include "boot.h"
 #include "guarded.h"
 #include "init.h"
 #include "large_report.h"

@@ -9,8 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "report.h"
-
 extern __attribute__((visibility("hidden"))) size_t qm__small_limit;
 /* The per-process secret, odd once set (early in init): keys the small
  * chunks' checksums and seeds the large chunks' reuse choice. */
@@ -28,17 +26,5 @@ extern __attribute__((visibility("hidden"))) int qm__booting;
 static inline bool qm__init_bootstrapping(void) {
   return __builtin_expect(__atomic_load_n(&qm__booting, __ATOMIC_RELAXED), 0);
 }
-/* Its base, 0 until its first chunk; sealed after init (ro.c). */
-extern __attribute__((visibility("hidden"))) uintptr_t qm__boot_base;
-void *qm__boot_alloc(size_t n);
-/* Whether p is in the arena; then size and free take only a live chunk's
- * start and report anything else as `op` (free: invalid or double free). */
-bool qm__boot_owns(const void *p);
-/* Whether a is on one of the arena's guard pages (for the SIGSEGV report). */
-bool qm__boot_on_guard(uintptr_t a);
-size_t qm__boot_size(const void *p, qm_op_t op);
-/* qm_describe()'s words for an address in the start-up arena. */
-bool qm__boot_describe(uintptr_t a, qm_place_t *pl);
-void qm__boot_free(void *p);
 
 #endif

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/mman.h>
 
+#include "boot.h"
 #include "cache.h"
 #include "init.h"
 #include "options.h"
