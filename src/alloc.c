@@ -12,6 +12,7 @@
 #include "cache.h"
 #include "guarded.h"
 #include "init.h"
+#include "large_report.h"
 #include "options.h"
 #include "primary.h"
 #include "qmalloc.h"
@@ -384,8 +385,11 @@ void qm__free_checked(const char *call, void *p, size_t align, size_t size, unsi
   held_t h = held_of(QM_OP_FREE, p);
   bool sized = how & QM_FREE_SIZED, aligned = how & QM_FREE_ALIGNED;
   if ((sized && !size_names(h.size, size, align, how & QM_FREE_CXX)) ||
-      (aligned && !align_names(p, h.size, align, h.large)))
-    qm__report_size_mismatch(call, p, sized, size, aligned, align, h.kind, h.size);
+      (aligned && !align_names(p, h.size, align, h.large))) {
+    qm_kept_t k;
+    qm__report_size_mismatch(call, p, sized, size, aligned, align, h.kind, h.size,
+                             h.kind == QM_CK_LARGE ? qm__large_kept((uintptr_t)p, &k) : NULL);
+  }
   qm_free(p);
 }
 

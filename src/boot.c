@@ -55,12 +55,16 @@ bool qm__boot_owns(const void *p) {
   return (uintptr_t)p - qm__boot_base < BOOT_BYTES && qm__boot_base;
 }
 
-/* The live chunk at p, as its entry; reports anything else as `op`. */
+/* The live chunk at p, as its entry; reports anything else as `op`, as
+ * the arena describes it (an address in it is the arena's alone). */
 static uint32_t boot_entry(const void *p, qm_op_t op) {
   size_t off = (uintptr_t)p - qm__boot_base;
   uint32_t e = off % 16 ? 0 : __atomic_load_n(&boot_chunk[off / 16], __ATOMIC_ACQUIRE);
-  if (!e || (e & BOOT_FREED))
-    qm__report_bad_pointer(op, p);
+  if (!e || (e & BOOT_FREED)) {
+    qm_place_t pl;
+    qm__report_pointer(op, p, qm__boot_describe((uintptr_t)p, qm_place_empty(&pl)) ? &pl : NULL,
+                       NULL);
+  }
   return e;
 }
 

@@ -10,8 +10,10 @@
 #include <string.h>
 #include <ucontext.h>
 
+#include "describe.h"
 #include "guarded.h"
 #include "init.h"
+#include "large_report.h"
 #include "options.h"
 #include "primary.h"
 #include "report.h"
@@ -90,8 +92,9 @@ static void on_segv(int sig, siginfo_t *si, void *ctx) {
   unsigned k, n = segv_stack(ctx, pc, &k);
   if (pl.access == QM_ACC_LIVE)
     return;
-  if (pl.chunk && pl.kind == QM_CK_LARGE)
-    qm__report_kept_stacks((const void *)a);
+  qm_kept_t kept;
+  if (pl.chunk && pl.kind == QM_CK_LARGE && qm__large_kept(a, &kept))
+    qm__report_kept(&kept);
   qm__report_fault_summary(&pl, pc + k, n - k);
 }
 

@@ -372,7 +372,10 @@ static gslot_t *live_locked(uintptr_t a, qm_op_t op, gclass_t **cp, uint32_t *ip
   uint32_t i = *ip;
   if (!in_data || FX(c).slot[i].state != G_LIVE || a != slot_data(c, i) + FX(c).slot[i].lead) {
     qm_unlock(&G.lock);
-    qm__report_bad_pointer(op, (void *)a);
+    /* described by the slots alone: the reservation is theirs */
+    qm_place_t pl;
+    qm__report_pointer(op, (void *)a, qm__guarded_describe(a, qm_place_empty(&pl)) ? &pl : NULL,
+                       NULL);
   }
   gslot_t *s = &FX(c).slot[i];
   uintptr_t end = slot_data(c, i) + (FX(c).pages << qm__page_shift);

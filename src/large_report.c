@@ -1,7 +1,7 @@
 /* large_report.c: what lies at an address in a large chunk's mapping (the
  * large side of qm__describe), and the stacks that freed and allocated the
- * chunk, which follow every report about it (report.c prints them: this
- * file gives data only). Lock-free and allocation-free,
+ * chunk, which follow every report about it (report.c prints them, handed
+ * in by whoever reports: this file gives data only). Lock-free and allocation-free,
  * for the SIGSEGV handler: the record is found through the address index
  * (qm__rec_find); records and stack entries never move, and are
  * read racily (counts clamped).
@@ -72,16 +72,16 @@ bool qm__large_describe(uintptr_t a, qm_place_t *pl) {
   return true;
 }
 
-bool qm__large_kept(uintptr_t a, qm_kept_t *k) {
+const qm_kept_t *qm__large_kept(uintptr_t a, qm_kept_t *k) {
   if (!atomic_load_explicit(&S.ready, memory_order_acquire) || !LF.blk || !LF.frames)
-    return false;
+    return NULL;
   uint32_t i = qm__rec_find(a);
   if (i == NIL)
-    return false;
+    return NULL;
   const block_t *b = &LF.blk[i];
   stk_t *e = qm__stk_at(i);
   if (!e)
-    return false;
+    return NULL;
   /* racy reads, as in qm__large_describe: counts are clamped */
   const uintptr_t *pcs = qm__stk_pcs(e);
   k->freed = b->chunk.state == B_QUAR || b->chunk.state == B_DEAD ||
@@ -98,5 +98,5 @@ bool qm__large_kept(uintptr_t a, qm_kept_t *k) {
     k->frees_ago = qm__rec_frees() - e->free_seq;
     k->ms_ago = now > e->free_ms ? now - e->free_ms : 0;
   }
-  return true;
+  return k;
 }

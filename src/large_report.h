@@ -15,19 +15,9 @@
  * Lock-free and allocation-free: called from the SIGSEGV handler. */
 bool qm__large_describe(uintptr_t addr, qm_place_t *pl);
 
-/* The stacks kept with the large chunk whose mapping holds an address:
- * who allocated it and, once freed, who freed it and how long ago. The
- * frames point into the record's stack entry (never moved), read racily
- * (counts clamped), as the report that prints them runs. */
-typedef struct qm_kept {
-  bool freed;
-  uint32_t alloc_tid, free_tid;
-  uint64_t frees_ago, ms_ago; /* large frees, and ms, since its free */
-  const uintptr_t *alloc_pc, *free_pc;
-  unsigned nalloc, nfree;
-} qm_kept_t;
-/* Fills k; false where no record holds addr or none keeps stacks.
- * Lock-free and allocation-free. */
-bool qm__large_kept(uintptr_t addr, qm_kept_t *k);
+/* The stacks kept with the large chunk whose mapping holds addr (see
+ * qm_kept_t, place.h): fills k and returns it; NULL where no record holds
+ * addr or none keeps stacks. Lock-free and allocation-free. */
+const qm_kept_t *qm__large_kept(uintptr_t addr, qm_kept_t *k);
 
 #endif

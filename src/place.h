@@ -1,7 +1,7 @@
 /* place.h: what lies at an address, as the parts of qmalloc that own
- * memory describe it (qm__describe, describe.c, asks each in turn) and as
- * the reports read it: the kind of access, the kind of chunk, the place.
- * Types only, below the reports (report.c) and the parts they ask.
+ * memory describe it (describe.c asks each in turn) and as the reports read
+ * it: the kind of access, the kind of chunk, the place, and the stacks kept
+ * with a large chunk. Types only, below the reports and the parts they ask.
  */
 #ifndef QM_PLACE_H
 #define QM_PLACE_H
@@ -49,10 +49,28 @@ typedef struct qm_place {
   qm_buf_t words; /* "offset 8 in freed small chunk of 24 bytes ..." */
 } qm_place_t;
 
-/* Describes address a (pl->words appended to, from empty): whether it lies
- * in memory qmalloc manages, and what is there. Lock-free and
- * allocation-free (called from the SIGSEGV handler); racy reads of the
- * records at worst describe them a moment old. */
-bool qm__describe(uintptr_t a, qm_place_t *pl);
+/* An empty place: a wild address, no chunk, no words; what each part's
+ * describer fills in. */
+static inline qm_place_t *qm_place_empty(qm_place_t *pl) {
+  pl->access = QM_ACC_WILD;
+  pl->chunk = pl->plain = false;
+  pl->kind = QM_CK_SMALL;
+  pl->user = 0;
+  pl->size = 0;
+  pl->words.n = 0;
+  return pl;
+}
+
+/* The stacks kept with a large chunk (qm__large_kept, large_report.c):
+ * who allocated it and, once freed, who freed it and how long ago. The
+ * frames point into the record's stack entry (never moved), read racily
+ * (counts clamped), as the report that prints them runs. */
+typedef struct qm_kept {
+  bool freed;
+  uint32_t alloc_tid, free_tid;
+  uint64_t frees_ago, ms_ago; /* large frees, and ms, since its free */
+  const uintptr_t *alloc_pc, *free_pc;
+  unsigned nalloc, nfree;
+} qm_kept_t;
 
 #endif

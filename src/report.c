@@ -1,10 +1,11 @@
 /* report.c: the catalogue of fatal reports, one function per kind, and the
  * one formatter they share (emit_head, emit_summary: the kind's words are
- * facts, never read back from formatted text), which also prints a large
- * chunk's kept stacks from what large_report.c reads. Fatal reports end in
- * abort() so that a core dump and the SIGABRT reach whoever watches the
- * process; a second fatal error while reporting aborts at once. Every line
- * goes out through out.c.
+ * facts, never read back from formatted text). Callers hand in all that is
+ * printed (an address's place, a large chunk's kept stacks): this file
+ * calls nothing of qmalloc's but the stack printer, out.c and fmt.c, so
+ * that any part down to os.c may report. Fatal reports end in abort() so that a core dump and
+ * the SIGABRT reach whoever watches the process; a second fatal error while
+ * reporting aborts at once.
  */
 #include "report.h"
 
@@ -12,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "large_report.h"
 #include "options.h"
 #include "out.h"
 #include "stack.h"
@@ -28,7 +28,7 @@ typedef struct head {
   const char *join;    /* between the kind and the pointer: " of", " at", ":" */
   const void *ptr;
   const qm_buf_t *details; /* NULL: none */
-  bool large;              /* the kept stacks of the large chunk at ptr follow */
+  const qm_kept_t *kept;   /* a large chunk's kept stacks follow; NULL: none */
 } head_t;
 
 static void put_kind(qm_buf_t *b, const head_t *h) {
@@ -105,30 +105,27 @@ void qm__report_call_stack(const char *heading, const uintptr_t *pc, unsigned n)
   qm__stack_print(pc, n < call_frames() ? n : call_frames());
 }
 
-void qm__report_kept_stacks(const void *addr) {
-  qm_kept_t k;
-  if (!qm__large_kept((uintptr_t)addr, &k))
-    return;
+void qm__report_kept(const qm_kept_t *k) {
   qm_buf_t l;
   l.n = 0;
-  if (k.freed) {
+  if (k->freed) {
     qm_buf_str(&l, "  freed by thread ");
-    qm_buf_dec(&l, k.free_tid);
+    qm_buf_dec(&l, k->free_tid);
     qm_buf_str(&l, ", ");
-    qm_buf_dec(&l, k.frees_ago);
+    qm_buf_dec(&l, k->frees_ago);
     qm_buf_str(&l, " large frees and ");
-    qm_buf_dec(&l, k.ms_ago);
+    qm_buf_dec(&l, k->ms_ago);
     qm_buf_str(&l, " ms ago, here:\n");
     qm__out(&l);
-    qm__stack_print(k.free_pc, k.nfree);
+    qm__stack_print(k->free_pc, k->nfree);
     qm_buf_str(&l, "  previously allocated by thread ");
   } else {
     qm_buf_str(&l, "  allocated by thread ");
   }
-  qm_buf_dec(&l, k.alloc_tid);
+  qm_buf_dec(&l, k->alloc_tid);
   qm_buf_str(&l, " here:\n");
   qm__out(&l);
-  qm__stack_print(k.alloc_pc, k.nalloc);
+  qm__stack_print(k->alloc_pc, k->nalloc);
 }
 
 static __attribute__((noinline)) void offending_call(offender_t *o) {
@@ -147,8 +144,8 @@ static _Noreturn void fatal(const head_t *h) {
   emit_head(h);
   offender_t o;
   offending_call(&o);
-  if (h->large)
-    qm__report_kept_stacks(h->ptr);
+  if (h->kept)
+    qm__report_kept(h->kept);
   emit_summary(h, o.pc, o.n);
   die();
 }
@@ -212,45 +209,49 @@ static void put_chunk(qm_buf_t *d, qm_chunk_kind_t kind, size_t size) {
   }
 }
 
-static _Noreturn void op_report(qm_op_t op, const void *p, const qm_buf_t *d, bool large) {
-  head_t h = {.kind = {op_name(op)}, .join = " of", .ptr = p, .details = d, .large = large};
+static _Noreturn void op_report(qm_op_t op, const void *p, const qm_buf_t *d,
+                                const qm_kept_t *kept) {
+  head_t h = {.kind = {op_name(op)}, .join = " of", .ptr = p, .details = d, .kept = kept};
   fatal(&h);
 }
 
-static _Noreturn void double_free(const void *p, const qm_buf_t *d, bool large) {
-  head_t h = {.kind = {"double free"}, .join = " of", .ptr = p, .details = d, .large = large};
+static _Noreturn void double_free(const void *p, const qm_buf_t *d, const qm_kept_t *kept) {
+  head_t h = {.kind = {"double free"}, .join = " of", .ptr = p, .details = d, .kept = kept};
   fatal(&h);
 }
 
-_Noreturn void qm__report_freed(qm_op_t op, const void *p, qm_chunk_kind_t kind, size_t size) {
+/* A freed chunk's user pointer passed to op: "double free of" for free,
+ * "<op> of ... already freed" otherwise. */
+static _Noreturn void freed(qm_op_t op, const void *p, qm_chunk_kind_t kind, size_t size,
+                            const qm_kept_t *kept) {
   qm_buf_t d;
   d.n = 0;
   put_chunk(&d, kind, size);
   if (op == QM_OP_FREE)
-    double_free(p, &d, kind == QM_CK_LARGE);
+    double_free(p, &d, kept);
   qm_buf_str(&d, ", already freed");
-  op_report(op, p, &d, kind == QM_CK_LARGE);
+  op_report(op, p, &d, kept);
 }
 
-_Noreturn void qm__report_bad_pointer(qm_op_t op, const void *p) {
-  qm_place_t pl;
+_Noreturn void qm__report_pointer(qm_op_t op, const void *p, const qm_place_t *pl,
+                                  const qm_kept_t *kept) {
   qm_buf_t d;
   d.n = 0;
-  if (!qm__describe((uintptr_t)p, &pl)) {
+  if (!pl) {
     qm_buf_str(&d, "not allocated by qmalloc");
-    op_report(op, p, &d, false);
+    op_report(op, p, &d, NULL);
   }
   /* a freed chunk's user pointer: a chunk being unmapped has left the
    * large table already, and freeing its user pointer again is still a
    * double free */
-  if (pl.chunk && pl.access == QM_ACC_UAF && pl.user == (uintptr_t)p)
-    qm__report_freed(op, p, pl.kind, pl.size);
+  if (pl->chunk && pl->access == QM_ACC_UAF && pl->user == (uintptr_t)p)
+    freed(op, p, pl->kind, pl->size, kept);
   /* no chunk there: not qmalloc's to free, unless a chunk was once (a
    * large one whose record is no longer kept) */
-  if (!pl.chunk && pl.access != QM_ACC_UAF)
+  if (!pl->chunk && pl->access != QM_ACC_UAF)
     qm_buf_str(&d, "not allocated by qmalloc: ");
-  qm_buf_mem(&d, pl.words.s, pl.words.n);
-  op_report(op, p, &d, pl.chunk && pl.kind == QM_CK_LARGE);
+  qm_buf_mem(&d, pl->words.s, pl->words.n);
+  op_report(op, p, &d, kept);
 }
 
 _Noreturn void qm__report_refree(const void *p, size_t size, qm_refree_t how) {
@@ -262,7 +263,7 @@ _Noreturn void qm__report_refree(const void *p, size_t size, qm_refree_t how) {
     put_chunk(&d, QM_CK_SMALL, size);
     qm_buf_str(&d, ", freed twice on two threads");
   }
-  double_free(p, &d, false);
+  double_free(p, &d, NULL);
 }
 
 _Noreturn void qm__report_small_overflow(const void *p, qm_chunk_kind_t kind, size_t size,
@@ -305,7 +306,7 @@ _Noreturn void qm__report_write_after_free(uintptr_t ch, size_t class_bytes, siz
 
 _Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, bool sized,
                                         size_t passed, bool aligned, size_t align,
-                                        qm_chunk_kind_t kind, size_t held) {
+                                        qm_chunk_kind_t kind, size_t held, const qm_kept_t *kept) {
   qm_buf_t d;
   d.n = 0;
   qm_buf_str(&d, "passed ");
@@ -321,11 +322,8 @@ _Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, bool 
   qm_buf_str(&d, chunk_name(kind));
   qm_buf_str(&d, " chunk holds ");
   qm_buf_dec(&d, held);
-  head_t h = {.kind = {"size mismatch in ", call},
-              .join = " of",
-              .ptr = ptr,
-              .details = &d,
-              .large = kind == QM_CK_LARGE};
+  head_t h = {
+      .kind = {"size mismatch in ", call}, .join = " of", .ptr = ptr, .details = &d, .kept = kept};
   fatal(&h);
 }
 

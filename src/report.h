@@ -32,15 +32,14 @@ typedef enum qm_op {
  * line naming <kind> and the call's first frame outside qmalloc, then
  * aborts. */
 
-/* A pointer passed to op that is no live chunk's user pointer, described
- * by qm__describe(): a freed chunk's (a double free for free, "already
- * freed" otherwise), inside or by a chunk, or not qmalloc's at all. */
-_Noreturn void qm__report_bad_pointer(qm_op_t op, const void *p) QM_COLD;
-/* A freed chunk's user pointer passed to op: "double free of" for free,
- * "<op> of ... already freed" otherwise. size: requested bytes (not
- * printed for zero-size chunks). */
-_Noreturn void qm__report_freed(qm_op_t op, const void *p, qm_chunk_kind_t kind,
-                                size_t size) QM_COLD;
+/* A pointer passed to op that is no live chunk's user pointer, at the place
+ * pl that the part of qmalloc owning the address describes (NULL: none
+ * does, "not allocated by qmalloc"): a freed chunk's user pointer is a
+ * double free for free, "<op> of ... already freed" otherwise (its size
+ * not printed for a zero-size chunk); anything else is named by pl's
+ * words. kept: the large chunk's kept stacks there, or NULL. */
+_Noreturn void qm__report_pointer(qm_op_t op, const void *p, const qm_place_t *pl,
+                                  const qm_kept_t *kept) QM_COLD;
 /* How a second free of a small chunk was found, besides a free that finds
  * it freed. */
 typedef enum qm_refree {
@@ -59,10 +58,12 @@ _Noreturn void qm__report_write_after_free(uintptr_t ch, size_t class_bytes, siz
                                            unsigned byte) QM_COLD;
 /* free_sized() (call names it) with a size or alignment the chunk (holding
  * `held` requested bytes) was not allocated with; sized and aligned say
- * which of passed and align were passed. */
+ * which of passed and align were passed; kept: a large chunk's kept stacks,
+ * or NULL. */
 _Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, bool sized,
                                         size_t passed, bool aligned, size_t align,
-                                        qm_chunk_kind_t kind, size_t held) QM_COLD;
+                                        qm_chunk_kind_t kind, size_t held,
+                                        const qm_kept_t *kept) QM_COLD;
 /* An entry of a small-chunk free list (of the class of class_bytes) that is
  * not a free chunk of that class: "corrupted free list". */
 _Noreturn void qm__report_bad_entry(size_t class_bytes, uintptr_t entry, const char *why) QM_COLD;
@@ -81,10 +82,9 @@ _Noreturn void qm__report_os_failure(const char *call, const void *addr, size_t 
  * says what was hit without "ERROR", and nothing follows the stack. */
 void qm__report_fault_line(uintptr_t a, const qm_place_t *pl, const char *rw) QM_COLD;
 void qm__report_fault_summary(const qm_place_t *pl, const uintptr_t *pc, unsigned n) QM_COLD;
-/* The kept stacks of the large chunk whose mapping holds addr (the freeing
- * and allocating threads, as qm__large_kept reads them), nothing
- * elsewhere: lock-free. */
-void qm__report_kept_stacks(const void *addr);
+/* The stacks kept with a large chunk (qm__large_kept reads them): the
+ * freeing thread's once freed, then the allocating thread's. */
+void qm__report_kept(const qm_kept_t *k) QM_COLD;
 
 /* "  <heading> by thread N here:" and up to stack_frames (16 when 0)
  * frames of pc: the stack of the call or access that found an error. */

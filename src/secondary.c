@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "belt.h"
+#include "describe.h"
 #include "guarded.h"
 #include "large_record.h"
 #include "options.h"

@@ -114,7 +114,8 @@ bool qm__small_describe(uintptr_t a, qm_place_t *pl) {
 /* ---- reports ---- */
 
 /* p, passed to op, failed qm__small_check: its own chunk's canary when p
- * is a live chunk's pointer (an overflow), else what qm__describe says. */
+ * is a live chunk's pointer (an overflow), else what this heap says of it
+ * (the heap's addresses are the small side's alone: qm__describe asks it). */
 static _Noreturn QM_COLD void small_error(qm_op_t op, void *p, uintptr_t ch, unsigned c,
                                           uintptr_t roff, uintptr_t index) {
   uintptr_t a = (uintptr_t)p;
@@ -128,7 +129,8 @@ static _Noreturn QM_COLD void small_error(qm_op_t op, void *p, uintptr_t ch, uns
                                 0, 0);
     }
   }
-  qm__report_bad_pointer(op, p);
+  qm_place_t pl;
+  qm__report_pointer(op, p, qm__small_describe(a, qm_place_empty(&pl)) ? &pl : NULL, NULL);
 }
 
 /* A second free of p found when the owner applied a free sent to it (or by

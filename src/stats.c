@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "describe.h"
 #include "fault.h"
 #include "fmt.h"
 #include "guarded.h"

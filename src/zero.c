@@ -132,12 +132,20 @@ static bool live_locked(size_t i) {
   return w && (*w >> (i % 64) & 1);
 }
 
+/* p, passed to op, is no live zero-size chunk's pointer: reported as the
+ * region describes it (an address in it is the region's alone). */
+static _Noreturn QM_COLD void bad_pointer(qm_op_t op, const void *p) {
+  qm_place_t pl;
+  qm__report_pointer(op, p, qm__zero_describe((uintptr_t)p, qm_place_empty(&pl)) ? &pl : NULL,
+                     NULL);
+}
+
 void qm__zero_free(void *p, qm_op_t op) {
   size_t i = slot_of(p);
   qm_lock(&lock);
   if (!live_locked(i)) {
     qm_unlock(&lock);
-    qm__report_bad_pointer(op, p);
+    bad_pointer(op, p);
   }
   *word_of(i, false) &= ~((uint64_t)1 << (i % 64));
   if (qm_age_full(&q, RING)) { /* the oldest has waited long enough: loose */
@@ -166,7 +174,7 @@ size_t qm__zero_check(qm_op_t op, void *p) {
   bool live = live_locked(i);
   qm_unlock(&lock);
   if (!live)
-    qm__report_bad_pointer(op, p);
+    bad_pointer(op, p);
   return 0;
 }
 
