@@ -150,6 +150,26 @@ uint64_t qm__note_free(uint32_t i, const trace_t *t) {
   return R.c.frees;
 }
 
+/* Opens the records up to want (at most the table's), in whole pages, and
+ * their stack entries. Capped at the table's end: past it lie the FIFO's
+ * ring, RW already, and the upper guard page, which a step of 546 records
+ * would open (and the next mapping's first page) in a 2048-record table,
+ * the one reserved where address space is tight. */
+static bool blk_commit(size_t want) {
+  if (want > LF.blk_max)
+    want = LF.blk_max;
+  if (want <= R.blk_committed)
+    return true;
+  size_t from = qm_page_up(R.blk_committed * sizeof(block_t)), to = blk_bytes(want);
+  if (qm_os_protect((char *)LF.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
+    return false;
+  R.blk_committed = to / sizeof(block_t);
+  if (R.blk_committed > LF.blk_max)
+    R.blk_committed = LF.blk_max;
+  stk_grow();
+  return true;
+}
+
 uint32_t qm__rec_alloc(void) {
   if (!LF.blk && !qm__blk_reserve())
     return NIL;
@@ -161,15 +181,8 @@ uint32_t qm__rec_alloc(void) {
   }
   if (R.nblk == LF.blk_max)
     return NIL;
-  if (R.nblk == R.blk_committed) {
-    size_t step = (64 << 10) / sizeof(block_t);
-    size_t from = qm_page_up(R.blk_committed * sizeof(block_t));
-    size_t to = qm_page_up((R.blk_committed + step) * sizeof(block_t));
-    if (qm_os_protect((char *)LF.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
-      return NIL;
-    R.blk_committed = to / sizeof(block_t);
-    stk_grow();
-  }
+  if (R.nblk == R.blk_committed && !blk_commit(R.blk_committed + (64 << 10) / sizeof(block_t)))
+    return NIL;
   return (uint32_t)R.nblk++;
 }
 
@@ -386,17 +399,8 @@ static void dead_forget(uint32_t i) {
 #define PREFILL_SLACK 64 /* records beyond the ring's: live and pooled chunks come and go */
 
 static bool prefill(void) {
-  size_t want = R.nblk + (DEAD_MAX - R.dead_q.n) + PREFILL_SLACK;
-  if (want > LF.blk_max)
-    want = LF.blk_max;
-  if (want > R.blk_committed) {
-    size_t from = qm_page_up(R.blk_committed * sizeof(block_t));
-    size_t to = qm_page_up(want * sizeof(block_t));
-    if (qm_os_protect((char *)LF.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
-      return false;
-    R.blk_committed = to / sizeof(block_t);
-    stk_grow();
-  }
+  if (!blk_commit(R.nblk + (DEAD_MAX - R.dead_q.n) + PREFILL_SLACK))
+    return false;
   uintptr_t lo = qm_align_down((uintptr_t)&LF.blk[R.nblk], qm__page);
   qm_os_populate((void *)lo, qm_page_up((uintptr_t)&LF.blk[R.blk_committed]) - lo);
   /* the stack entries of the records to come, segment by segment */
@@ -444,6 +448,9 @@ static void evict_list(uint32_t k, uintptr_t lo, uintptr_t hi) {
     block_t *b = B(k - 1);
     uint32_t next = b->rec.anext; /* forgetting unlinks it */
     if (b->chunk.state == B_DEAD && b->map.base < hi && b->map.base + b->map.span > lo) {
+      /* a place a corrupted record gives is caught, not written through */
+      QM_CHECK_OP(b->rec.dpos, <, DEAD_MAX);
+      QM_CHECK_OP(R.dead[b->rec.dpos], ==, k - 1);
       R.dead[b->rec.dpos] = QM_AGE_EMPTY;
       dead_forget(k - 1);
     }
@@ -470,6 +477,15 @@ void qm__dead_evict(uintptr_t lo, uintptr_t hi) {
 }
 
 #ifdef QM_TEST_HOOKS
+size_t qm__large_table(uintptr_t *lo, uintptr_t *hi) {
+  qm_lock(&S.lock);
+  size_t max = LF.blk ? LF.blk_max : 0;
+  *lo = (uintptr_t)LF.blk;
+  *hi = LF.blk ? (uintptr_t)LF.blk + blk_bytes(LF.blk_max) + qring_bytes(LF.blk_max) : 0;
+  qm_unlock(&S.lock);
+  return max;
+}
+
 size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {
   size_t n = 0;
   qm_lock(&S.lock);

@@ -97,6 +97,9 @@ uintptr_t *qm__stk_pcs(stk_t *e);
  * mappings, as [lo, hi) pairs, for the tests that check no chunk overlaps
  * them. */
 size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap);
+/* The record table's mapping [lo, hi) (its records, then the FIFO's ring;
+ * guard pages either side) and its records: 0 before it is reserved. */
+size_t qm__large_table(uintptr_t *lo, uintptr_t *hi);
 #endif
 
 #endif

@@ -334,6 +334,8 @@ size_t qmt_metadata(uintptr_t (*out)[2], size_t cap) {
   return n + qm__large_metadata(out + n, cap - n);
 }
 
+size_t qmt_large_table(uintptr_t *lo, uintptr_t *hi) { return qm__large_table(lo, hi); }
+
 void qmt_primary_span(uintptr_t *lo, uintptr_t *hi) {
   *lo = qm__pbase;
   *hi = qm__pbase + qm__pspan;

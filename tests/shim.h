@@ -147,6 +147,9 @@ long qmt_read_file(const char *path, char *buf, size_t cap);
 /* The metadata mappings qmalloc holds now (meta chunks, record table, hash
  * table), as [lo, hi) pairs into out (up to cap pairs); returns the count. */
 size_t qmt_metadata(uintptr_t (*out)[2], size_t cap);
+/* The large chunks' record table: its mapping [*lo, *hi) between guard
+ * pages, and its records (0: not reserved yet). */
+size_t qmt_large_table(uintptr_t *lo, uintptr_t *hi);
 /* The pages sealed read-only after init: [lo, hi). */
 void qmt_ro_range(uintptr_t *lo, uintptr_t *hi);
 /* Where the small chunks' steering state is, and where the pointer to it

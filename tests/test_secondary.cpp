@@ -773,6 +773,40 @@ TEST(LargeDeathTest, LowAddressSpaceLimitGivesEnomemNotACrash) {
   EXPECT_EXIT(exhaust_address_space(), testing::ExitedWithCode(0), "");
 }
 
+// Where address space is tight when the first large chunk is made, the
+// record table is the smallest (2048 records), and growing it by steps of
+// 64 KiB of records must stop at its end: the last step used to open the
+// upper guard page and the first page of the next mapping. Own process
+// (unit-small-record-table): the table must not be reserved yet.
+TEST(SmallRecordTable, GrowthStopsAtTheTableEnd) {
+  uintptr_t lo, hi;
+  ASSERT_EQ(qmt_large_table(&lo, &hi), 0u) << "no large chunk before this test in its process";
+  struct rlimit old, rl;
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
+  rl = old;
+  rl.rlim_cur = static_cast<rlim_t>(vm_size_bytes()) + MiB;
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &rl), 0);
+  void *first = qm_malloc(200000);
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &old), 0);
+  ASSERT_NE(first, nullptr);
+  ASSERT_EQ(qmt_large_table(&lo, &hi), 2048u) << "the table reserved under the limit";
+  std::vector<void *> got{first};
+  for (int i = 0; i < 2000; i++) { // records past 1638: the last step
+    void *p = qm_malloc(200000);
+    ASSERT_NE(p, nullptr);
+    got.push_back(p);
+  }
+  char prot[5];
+  qmt_prot_of(reinterpret_cast<void *>(hi - 1), prot);
+  EXPECT_STREQ(prot, "rw-p") << "the ring, at the mapping's end";
+  qmt_prot_of(reinterpret_cast<void *>(hi), prot);
+  EXPECT_STREQ(prot, "---p") << "the upper guard page stays inaccessible";
+  qmt_prot_of(reinterpret_cast<void *>(lo - 1), prot);
+  EXPECT_STREQ(prot, "---p") << "the lower guard page";
+  for (void *p : got)
+    qm_free(p);
+}
+
 // ---- suites that run with a strategy or budget forced (own process) ----
 
 class Discard : public Large {};
