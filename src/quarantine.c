@@ -163,10 +163,12 @@ static void q_append(uint32_t i) {
 }
 
 /* Takes a chunk out of the quarantine (to reuse or unmap it). Its place
- * is checked first: a corrupted q.pos must not empty another's. */
+ * is checked first: a corrupted q.pos must not empty another's, nor match
+ * a stale copy that a compaction left past the queue's entries. */
 void qm__q_unlink(uint32_t i) {
   block_t *b = B(i);
   QM_CHECK(b->q.pos < Q.cap && LF.qring[b->q.pos] == i);
+  QM_CHECK((b->q.pos + Q.cap - Q.fifo.head) % Q.cap < Q.fifo.n);
   bin_remove(i);
   LF.qring[b->q.pos] = QM_AGE_EMPTY;
   qm_age_skip(&Q.fifo, LF.qring, Q.cap, &Q.age);
