@@ -149,6 +149,12 @@ qmt_entry_t qmt_entry(const void *p) {
   return (qmt_entry_t){qm_e_state(w), qm_e_owner(w), (unsigned)qm_e_gen(w), qm_e_size(w),
                        qm_e_offset(w)};
 }
+uintptr_t qmt_entry_line(const void *p) {
+  uintptr_t off = (uintptr_t)p - qm__pbase;
+  unsigned c = (unsigned)(off >> qm__rshift);
+  uintptr_t roff = off & (((uintptr_t)1 << qm__rshift) - 1);
+  return (uintptr_t)qm_entry_at(c, qm_chunk_index(roff, c)) / 64;
+}
 void qmt_free_interrupting(uintptr_t mark, void *q) {
   uintptr_t was = qm__freeing;
   qm_freeing_set(mark);
