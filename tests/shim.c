@@ -150,6 +150,8 @@ qmt_entry_t qmt_entry(const void *p) {
                        qm_e_offset(w)};
 }
 uintptr_t qmt_entry_line(const void *p) {
+  if ((uintptr_t)p < qm__pbase || (uintptr_t)p >= qm__pbase + qm__pspan)
+    return 0; /* not in a class region: a sampled slot, say */
   uintptr_t off = (uintptr_t)p - qm__pbase;
   unsigned c = (unsigned)(off >> qm__rshift);
   uintptr_t roff = off & (((uintptr_t)1 << qm__rshift) - 1);

@@ -40,7 +40,8 @@ typedef struct qmt_entry {
   size_t size, offset;
 } qmt_entry_t;
 qmt_entry_t qmt_entry(const void *p);
-/* The 64-byte line of the table that holds that entry (address / 64). */
+/* The 64-byte line of the table that holds that entry (address / 64); 0
+ * for a pointer outside the class regions. */
 uintptr_t qmt_entry_line(const void *p);
 /* free(q) as a signal handler runs it when it interrupts this thread
  * inside free(mark) (mark 1: inside malloc, which changes the cache). */
