@@ -477,11 +477,16 @@ void qm__dead_evict(uintptr_t lo, uintptr_t hi) {
 }
 
 #ifdef QM_TEST_HOOKS
+/* The end of the table's mapping: its records, then the FIFO's ring. */
+static uintptr_t table_end(void) {
+  return (uintptr_t)LF.blk + blk_bytes(LF.blk_max) + qring_bytes(LF.blk_max);
+}
+
 size_t qm__large_table(uintptr_t *lo, uintptr_t *hi) {
   qm_lock(&S.lock);
   size_t max = LF.blk ? LF.blk_max : 0;
   *lo = (uintptr_t)LF.blk;
-  *hi = LF.blk ? (uintptr_t)LF.blk + blk_bytes(LF.blk_max) + qring_bytes(LF.blk_max) : 0;
+  *hi = LF.blk ? table_end() : 0;
   qm_unlock(&S.lock);
   return max;
 }
@@ -491,7 +496,7 @@ size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {
   qm_lock(&S.lock);
   if (LF.blk && n < cap) {
     out[n][0] = (uintptr_t)LF.blk;
-    out[n++][1] = (uintptr_t)LF.blk + blk_bytes(LF.blk_max) + qring_bytes(LF.blk_max);
+    out[n++][1] = table_end();
   }
   if (R.tab && n < cap) {
     out[n][0] = (uintptr_t)R.tab;

@@ -368,6 +368,14 @@ static void mark_word(central_t *cl, size_t k0, unsigned g) {
   W(1, k1, g) |= (uint64_t)1 << (k0 % 64);
 }
 
+/* Writes level-0 word k0 of group g (bits taken out of it): where it is
+ * now empty, levels 1 and 2 stop saying it has bits. */
+static void set_word(central_t *cl, size_t k0, unsigned g, uint64_t bits) {
+  W(0, k0, g) = bits;
+  if (!bits && !(W(1, k0 / 64, g) &= ~((uint64_t)1 << (k0 % 64))))
+    W(2, k0 / 4096, g) &= ~((uint64_t)1 << (k0 / 64 % 64));
+}
+
 /* The lowest non-empty level-0 word of group g at or above k0, or SIZE_MAX
  * if none: through levels 1 and 2, a few loads however sparse the set. n1,
  * n2: words of levels 1 and 2 committed per group. */
@@ -452,9 +460,7 @@ static unsigned pop_group(unsigned c, central_t *cl, unsigned g, uintptr_t *out,
       out[n++] = base + (k0 * 64 + b) * size;
       bits &= ~((uint64_t)1 << b);
     }
-    W(0, k0, g) = bits;
-    if (!bits && !(W(1, k0 / 64, g) &= ~((uint64_t)1 << (k0 % 64))))
-      W(2, k0 / 4096, g) &= ~((uint64_t)1 << (k0 / 64 % 64));
+    set_word(cl, k0, g, bits);
     if (n < want && left) {
       from = ~(uint64_t)0;
       k0 = next_word(cl, g, k0 + 1, n1, n2);
@@ -510,9 +516,7 @@ static unsigned steal_lines(unsigned c, central_t *cl, unsigned g, unsigned own,
         }
       }
     }
-    W(0, k, g) = bits;
-    if (!bits && !(W(1, k / 64, g) &= ~((uint64_t)1 << (k % 64))))
-      W(2, k / 4096, g) &= ~((uint64_t)1 << (k / 64 % 64));
+    set_word(cl, k, g, bits);
     k = next_word(cl, g, k + 1, n1, n2);
   }
   cl->nfree_of[g] -= taken + moved;
@@ -695,15 +699,13 @@ void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned 
     uintptr_t ch = qm_slot_chunk(in[i]), roff = ch - base, index = qm_chunk_index(roff, c);
     if (QM_UNLIKELY(roff >= cl->carved || index * size != roff || qm_slot_dead(roff, size)))
       qm__report_bad_entry(size, ch, "not a chunk of its class");
-    uint64_t *w = word_at(cl, 0, index / 64, g), bit = (uint64_t)1 << (index % 64), any = *w;
+    uint64_t bit = (uint64_t)1 << (index % 64), any = W(0, index / 64, g);
     for (unsigned k = 0; QM_UNLIKELY(others >> k); k++)
       if (others >> k & 1)
         any |= W(0, index / 64, k);
     if (QM_UNLIKELY(any & bit))
       qm__report_bad_entry(size, ch, "chunk given back twice");
-    if (!*w)
-      mark_word(cl, index / 64, g);
-    *w |= bit;
+    set_put(cl, index, g);
   }
   cl->nfree_of[g] += n;
   /* a scan costs O(carved slots / 64) at most: run one only when a quarter

@@ -141,21 +141,22 @@ void qmt_vec_set(unsigned v) {
 size_t qmt_class_user_size(unsigned c) { return qm__class[c].size - QM_CANARY; }
 size_t qmt_class_chunk_size(unsigned c) { return qm__class[c].size; }
 uintptr_t qmt_region(unsigned c) { return qm_region(c); }
-qmt_entry_t qmt_entry(const void *p) {
+/* The table entry of the chunk of a class region that holds p. */
+static uint64_t *entry_of(const void *p) {
   uintptr_t off = (uintptr_t)p - qm__pbase;
   unsigned c = (unsigned)(off >> qm__rshift);
   uintptr_t roff = off & (((uintptr_t)1 << qm__rshift) - 1);
-  uint64_t w = qm_entry_load(qm_entry_at(c, qm_chunk_index(roff, c)));
+  return qm_entry_at(c, qm_chunk_index(roff, c));
+}
+qmt_entry_t qmt_entry(const void *p) {
+  uint64_t w = qm_entry_load(entry_of(p));
   return (qmt_entry_t){qm_e_state(w), qm_e_owner(w), (unsigned)qm_e_gen(w), qm_e_size(w),
                        qm_e_offset(w)};
 }
 uintptr_t qmt_entry_line(const void *p) {
   if ((uintptr_t)p < qm__pbase || (uintptr_t)p >= qm__pbase + qm__pspan)
     return 0; /* not in a class region: a sampled slot, say */
-  uintptr_t off = (uintptr_t)p - qm__pbase;
-  unsigned c = (unsigned)(off >> qm__rshift);
-  uintptr_t roff = off & (((uintptr_t)1 << qm__rshift) - 1);
-  return (uintptr_t)qm_entry_at(c, qm_chunk_index(roff, c)) / 64;
+  return (uintptr_t)entry_of(p) / 64;
 }
 void qmt_free_interrupting(uintptr_t mark, void *q) {
   uintptr_t was = qm__freeing;
