@@ -12,7 +12,6 @@
 
 #include "describe.h"
 #include "guarded.h"
-#include "init.h"
 #include "large_report.h"
 #include "options.h"
 #include "primary.h"

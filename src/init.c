@@ -77,7 +77,7 @@ static void fork_child(void) {
   qm__primary_fork_locks();
   qm__state_fork_child();
   qm__cache_fork_child();
-  qm__primary_fork_child(qm__cache_group());
+  qm__primary_fork_child(qm__cache_group(), qm__small_regen);
   qm__large_fork_child();
   qm__guarded_fork_child();
 }

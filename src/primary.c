@@ -14,13 +14,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "entry.h"
 #include "lock.h"
 #include "meta.h"
 #include "options.h"
 #include "os.h"
 #include "random.h"
 #include "report.h"
-#include "smallstate.h"
 
 /* The free sets' bitmaps: three levels, each level's words of the
  * QM_GROUPS groups in turns of BLOCK words (a 4 KiB page), so that a
@@ -327,7 +327,7 @@ static void arm(unsigned c, uintptr_t *out, unsigned n, size_t carved) {
     uintptr_t index = qm_chunk_index(roff, c);
     if (roff >= carved || index * size != roff || qm_slot_dead(roff, size))
       qm__report_bad_entry(size, ch, "not a chunk of its class");
-    uint64_t w = qm_entry_load(qm_entry_at(c, index));
+    uint64_t w = qm_entry_load(qm__class[c].table + index);
     if (qm_e_state(w) == QM_CHUNK_ALLOC || qm_e_state(w) == QM_CHUNK_SENT)
       qm__report_bad_entry(size, ch, "chunk in use");
     out[i] = qm_slot_make(ch, qm_e_gen(w));
@@ -803,11 +803,11 @@ void qm__primary_unlock_all(void) {
  * takes a fresh generation, so two children of one parent do not hand it
  * out with the same canary. Which they take first, and in which order,
  * follows from their own reseeded streams (arm's shuffle). */
-static void fork_regen(unsigned c, central_t *cl, unsigned own) {
+static void fork_regen(unsigned c, central_t *cl, unsigned own, qm_regen_fn regen) {
   size_t nw = lev_words(0, cl->carved / qm__class[c].size);
   for (size_t w = 0; w < nw; w++)
     for (uint64_t bits = W(0, w, own); bits; bits &= bits - 1)
-      qm__small_regen(region(c) + (w * 64 + (size_t)__builtin_ctzll(bits)) * qm__class[c].size, c);
+      regen(region(c) + (w * 64 + (size_t)__builtin_ctzll(bits)) * qm__class[c].size, c);
 }
 
 /* The forking thread is the child's only one: every group's set becomes
@@ -817,7 +817,7 @@ void qm__primary_fork_locks(void) {
     qm_lock_reinit(&central[c].lock);
 }
 
-void qm__primary_fork_child(unsigned group) {
+void qm__primary_fork_child(unsigned group, qm_regen_fn regen) {
   unsigned own = group % QM_GROUPS;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     central_t *cl = &central[c];
@@ -841,6 +841,6 @@ void qm__primary_fork_child(unsigned group) {
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     central_t *cl = &central[c];
     if (cl->nfree_of[own])
-      fork_regen(c, cl, own);
+      fork_regen(c, cl, own, regen);
   }
 }

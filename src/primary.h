@@ -5,7 +5,7 @@
  * the pointers malloc(0) returns. A PROT_NONE page below the first region
  * keeps whatever is mapped there from touching class 0. Chunks of class c
  * sit at region + i*size and hold no allocator state: their state is entry i
- * of the class's table (smallstate.h), in a reservation of its own. The
+ * of the class's table (entry.h, smallstate.h), in a reservation of its own. The
  * central free sets are bitmaps out of band (a bit a chunk slot, per group
  * of threads, beside the tables), and every chunk taken from them is
  * checked against its region and its table entry before it is handed out.
@@ -113,7 +113,7 @@ int qm__primary_init(uint64_t secret);
  * group's set (from a random one of its lowest up), then from other groups' that hold more than
  * QM_STEAL_MIN, then carved fresh, then (when no more can be carved) from any group's; each checked
  * (in its region, on a chunk boundary, carved, its table entry not ALLOC), as chunk | generation <<
- * 48 (see smallstate.h). 0 when every set is empty and nothing more can be carved or committed. */
+ * 48 (see entry.h). 0 when every set is empty and nothing more can be carved or committed. */
 unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want);
 #ifdef QM_TEST_HOOKS
 /* Test hook: chunks of class c in group's set. */
@@ -149,8 +149,11 @@ void qm__primary_lock_all(void);
 void qm__primary_unlock_all(void);
 /* In a fork child: fresh class locks (first: the other fork handlers give
  * chunks back); then, once every free in flight is applied, every central
- * chunk given to group's, with a fresh generation. */
+ * chunk given to group's, each with the fresh generation regen gives it
+ * (qm__small_regen: the state's owner picks it, the primary only holds the
+ * chunks). */
+typedef uintptr_t (*qm_regen_fn)(uintptr_t chunk, unsigned c);
 void qm__primary_fork_locks(void);
-void qm__primary_fork_child(unsigned group);
+void qm__primary_fork_child(unsigned group, qm_regen_fn regen);
 
 #endif
