@@ -168,7 +168,7 @@ static void q_append(uint32_t i) {
 void qm__q_unlink(uint32_t i) {
   block_t *b = B(i);
   QM_CHECK(b->q.pos < Q.cap && LF.qring[b->q.pos] == i);
-  QM_CHECK((b->q.pos + Q.cap - Q.fifo.head) % Q.cap < Q.fifo.n);
+  QM_CHECK_OP((b->q.pos + Q.cap - Q.fifo.head) % Q.cap, <, Q.fifo.n);
   bin_remove(i);
   LF.qring[b->q.pos] = QM_AGE_EMPTY;
   qm_age_skip(&Q.fifo, LF.qring, Q.cap, &Q.age);
@@ -707,3 +707,13 @@ bool qm__q_enter(uint32_t i) {
   q_append(i);
   return over(maps);
 }
+
+#ifdef QM_TEST_HOOKS
+void qm__q_fifo(uint32_t *cap, uint32_t *head, uint32_t *n) {
+  qm_lock(&S.lock);
+  *cap = Q.cap;
+  *head = Q.fifo.head;
+  *n = Q.fifo.n;
+  qm_unlock(&S.lock);
+}
+#endif

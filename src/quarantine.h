@@ -98,4 +98,10 @@ size_t qm__q_mapped_bytes(void);
  * S.lock. */
 void qm__q_breach_warn(void);
 
+#ifdef QM_TEST_HOOKS
+/* Test hook: the FIFO's shape (positions in use, its oldest entry's, its
+ * entries, empty ones included), under S.lock. */
+void qm__q_fifo(uint32_t *cap, uint32_t *head, uint32_t *n);
+#endif
+
 #endif

@@ -27,6 +27,7 @@ QM_K_OVERFLOW='heap overflow'
 QM_K_UNDERFLOW='heap underflow'
 QM_K_GUARD='heap overflow or underflow'
 QM_K_WILD='wild access'
+QM_K_CHECK='internal check failed'
 
 # A report's first line: a pointer passed to an operation (double free,
 # invalid free, realloc, malloc_usable_size, size mismatch); a chunk found
@@ -35,6 +36,12 @@ QM_K_WILD='wild access'
 QM_LINE_OF='qmalloc: ERROR: @KIND@ of 0x[0-9a-f]+ \(@D@\)'
 QM_LINE='qmalloc: ERROR: @KIND@ 0x[0-9a-f]+ \(@D@\)'
 QM_LINE_AT='qmalloc: ERROR: @KIND@ \(@RW@\) at 0x[0-9a-f]+ \(@D@\)'
+# A failed internal check (QM_CHECK, QM_CHECK_OP in src/qm.h: qmalloc's own
+# state found broken): the condition as the source writes it (its regex
+# characters escaped, qm_re_quote in report_re.h), the file, and the
+# operands compared (0 and 0 for a plain QM_CHECK). The line number is left
+# open: an edit above the check does not break its test.
+QM_LINE_CHECK='qmalloc: ERROR: internal check failed: \(@COND@ at [^[:cntrl:]]*src/@FILE@:[0-9]+, operands @A@ and @B@\)'
 # a fault inside a live chunk: no error of qmalloc's, no stacks follow
 QM_LINE_LIVE='qmalloc: SIGSEGV \(@RW@\) at 0x[0-9a-f]+ \(@D@\): inside a live chunk, not at a guard of qmalloc.s'
 

@@ -39,6 +39,16 @@ inline std::string qm_fill(std::string re, const char *placeholder, const std::s
     return re + "$no " + placeholder;
   return re.replace(at, std::string(placeholder).size(), with);
 }
+// Text as a regex that matches it literally (a failed check's condition).
+inline std::string qm_re_quote(const std::string &text) {
+  std::string re;
+  for (char c : text) {
+    if (std::string("\\^$.|?*+()[]{}").find(c) != std::string::npos)
+      re += '\\';
+    re += c;
+  }
+  return re;
+}
 #endif
 
 #endif

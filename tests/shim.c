@@ -21,6 +21,7 @@
 #include "out.h"
 #include "primary.h"
 #include "qmalloc.h"
+#include "quarantine.h"
 #include "report.h"
 #include "ro.h"
 #include "secondary.h"
@@ -344,6 +345,58 @@ size_t qmt_metadata(uintptr_t (*out)[2], size_t cap) {
 }
 
 size_t qmt_large_table(uintptr_t *lo, uintptr_t *hi) { return qm__large_table(lo, hi); }
+
+/* The record of the chunk whose user pointer is p (under S.lock), or NULL. */
+static block_t *large_rec_of(const void *p, uint32_t *idx) {
+  uint32_t i = LF.blk ? qm__tab_find((uintptr_t)p) : NIL;
+  *idx = i;
+  return i == NIL ? NULL : B(i);
+}
+
+int qmt_large_record(const void *p, qmt_large_rec_t *r) {
+  qm_lock(&S.lock);
+  uint32_t i;
+  const block_t *b = large_rec_of(p, &i);
+  if (b)
+    *r = (qmt_large_rec_t){.idx = i,
+                           .qpos = b->q.pos,
+                           .dpos = b->rec.dpos,
+                           .quarantined = b->chunk.state == B_QUAR,
+                           .dead = b->chunk.state == B_DEAD};
+  qm_unlock(&S.lock);
+  return b != NULL;
+}
+
+void qmt_q_fifo(uint32_t *cap, uint32_t *head, uint32_t *n) { qm__q_fifo(cap, head, n); }
+
+long qmt_q_stale_copy(uint32_t idx) {
+  uint32_t cap, head, n;
+  qm__q_fifo(&cap, &head, &n);
+  for (uint32_t at = 0; at < cap; at++)
+    if (LF.qring[at] == idx && (at + cap - head) % cap >= n)
+      return at;
+  return -1;
+}
+
+void qmt_large_set_qpos(const void *p, uint32_t pos) {
+  qm_lock(&S.lock);
+  uint32_t i;
+  block_t *b = large_rec_of(p, &i);
+  if (b)
+    b->q.pos = pos;
+  qm_unlock(&S.lock);
+}
+
+void qmt_large_set_dpos(const void *p, uint32_t place) {
+  qm_lock(&S.lock);
+  uint32_t i;
+  block_t *b = large_rec_of(p, &i);
+  if (b)
+    b->rec.dpos = (uint16_t)place;
+  qm_unlock(&S.lock);
+}
+
+uint32_t qmt_dead_max(void) { return DEAD_MAX; }
 
 void qmt_primary_span(uintptr_t *lo, uintptr_t *hi) {
   *lo = qm__pbase;

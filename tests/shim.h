@@ -153,6 +153,28 @@ size_t qmt_metadata(uintptr_t (*out)[2], size_t cap);
 /* The large chunks' record table: its mapping [*lo, *hi) between guard
  * pages, and its records (0: not reserved yet). */
 size_t qmt_large_table(uintptr_t *lo, uintptr_t *hi);
+/* The record of the large chunk whose user pointer is p, whatever its state
+ * (the hash keeps a freed chunk's until its dead record is forgotten): its
+ * index, whether it is quarantined or dead, its FIFO position (q.pos) and
+ * its place in the ring of dead records (rec.dpos). 0 if there is none. */
+typedef struct qmt_large_rec {
+  uint32_t idx, qpos, dpos;
+  bool quarantined, dead;
+} qmt_large_rec_t;
+int qmt_large_record(const void *p, qmt_large_rec_t *r);
+/* The quarantine's FIFO: its ring's positions in use, the position of its
+ * oldest entry, its entries (empty ones included). */
+void qmt_q_fifo(uint32_t *cap, uint32_t *head, uint32_t *n);
+/* A position of the FIFO's ring outside the queue's entries that holds
+ * record idx: a stale copy a compaction left; -1 if there is none. */
+long qmt_q_stale_copy(uint32_t idx);
+/* Stray writes into the allocator's own metadata, for the checks that must
+ * catch them before anything is written through them: the FIFO position
+ * and the place in the ring of dead records of the chunk at p. */
+void qmt_large_set_qpos(const void *p, uint32_t pos);
+void qmt_large_set_dpos(const void *p, uint32_t place);
+/* Places in the ring of dead records (DEAD_MAX). */
+uint32_t qmt_dead_max(void);
 /* The pages sealed read-only after init: [lo, hi). */
 void qmt_ro_range(uintptr_t *lo, uintptr_t *hi);
 /* Where the small chunks' steering state is, and where the pointer to it

@@ -3,11 +3,13 @@
 // kernels, aging, the window (no range back before quarantine_min_frees and
 // quarantine_min_mb, whatever the threads, sizes and realloc moves), the
 // random reuse order, the quarantine's budgets, realloc in place and by
-// mremap, and graceful ENOMEM. Suites named after a strategy or option run in their
+// mremap, graceful ENOMEM, and the checks that catch the secondary's own
+// metadata corrupted (LargeMetadataDeathTest). Suites named after a strategy or option run in their
 // own process with QMALLOC_OPTIONS set (see tests/meson.build).
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <regex.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -805,6 +807,177 @@ TEST(SmallRecordTable, GrowthStopsAtTheTableEnd) {
   EXPECT_STREQ(prot, "---p") << "the lower guard page";
   for (void *p : got)
     qm_free(p);
+}
+
+// ---- the secondary's own metadata corrupted: caught before it is used ----
+// Each test makes a stray write into the records or the quarantine through
+// a hook, then does what reads the corrupted field. A check must end the
+// process with its report (and abort) before anything is written through
+// it: without the check the corruption spreads silently or faults later.
+// The scenario runs in the death test's child, a fresh process (main.cpp:
+// threadsafe style) whose quarantine and records start empty, so that the
+// options it sets before its first large malloc are the ones the
+// secondary is set up with. What only the child knows (record indices,
+// FIFO positions) it writes to stderr first, "expected operands A and B";
+// the regex then requires the report to repeat them (back-references,
+// which glibc's extended regexes have). A scenario that cannot be set up
+// says so and returns: the death test then fails, showing why.
+
+void expect_operands(uint64_t a, uint64_t b) {
+  std::fprintf(stderr, "expected operands %llu and %llu\n", static_cast<unsigned long long>(a),
+               static_cast<unsigned long long>(b));
+}
+
+void setup_failed(const char *why) { std::fprintf(stderr, "setup failed: %s\n", why); }
+
+// Matches what a POSIX extended regex with back-references matches
+// (glibc's have them; gtest's own regex wraps the pattern in a group of its
+// own, which shifts them).
+class EreWithBackrefs : public testing::MatcherInterface<const std::string &> {
+public:
+  explicit EreWithBackrefs(std::string re) : re_(std::move(re)) {}
+  bool MatchAndExplain(const std::string &s, testing::MatchResultListener *) const override {
+    regex_t r;
+    if (regcomp(&r, re_.c_str(), REG_EXTENDED | REG_NOSUB))
+      return false;
+    bool m = regexec(&r, s.c_str(), 0, nullptr, 0) == 0;
+    regfree(&r);
+    return m;
+  }
+  void DescribeTo(std::ostream *os) const override { *os << "matches " << re_; }
+
+private:
+  std::string re_;
+};
+
+// The report of a failed check of cond in src/file, its operands those the
+// child announced; the call's stack and SUMMARY follow, and nothing else.
+testing::Matcher<const std::string &> check_report(const char *cond, const char *file) {
+  std::string line = QM_LINE_CHECK("@COND@", "@FILE@", "\\1", "\\2");
+  line = qm_fill(qm_fill(line, "@COND@", qm_re_quote(cond)), "@FILE@", qm_re_quote(file));
+  return testing::Matcher<const std::string &>(
+      new EreWithBackrefs("^expected operands ([0-9]+) and ([0-9]+)\n" + line +
+                          "\n" QM_CALL QM_SUMMARY_OF(QM_K_CHECK) "\n$"));
+}
+
+// A compaction of the FIFO's ring (when it is full) moves the entries
+// toward the oldest and leaves copies of the moved ones behind, past the
+// entries. A chunk's q.pos corrupted to point at its own stale copy passes
+// the first check of qm__q_unlink (the position holds the chunk); emptying
+// it instead of the chunk's entry would leave that entry in the queue, to
+// be taken for whatever chunk the record index serves next.
+void stale_fifo_position() {
+  // chunks aged as they enter (binned at once, so that a reuse takes one
+  // from within the FIFO), reused in place (no belt), and a first ring of
+  // 64 positions (twice the cap of 31, rounded up)
+  if (qmt_options_apply("window_gb=0:quarantine_min_frees=0:quarantine_min_mb=0:"
+                        "quarantine_max_chunks=31")) {
+    setup_failed("options");
+    return;
+  }
+  std::vector<void *> a(120);
+  for (void *&p : a)
+    p = qm_malloc(200000);
+  qm_free(a[0]); // the ring's size is set now; past the cap the oldest would be unmapped
+  qmt_options_apply("quarantine_max_chunks=1000");
+  for (size_t k = 1; k < 20; k++)
+    qm_free(a[k]);
+  std::vector<void *> reused; // 6 of the 20 at random: their entries emptied, most from within
+  for (int k = 0; k < 6; k++)
+    reused.push_back(qm_malloc(200000));
+  // fill the ring: the push that finds it full compacts it (and doubles it:
+  // most entries are chunks), leaving stale copies
+  for (size_t k = 20; k < a.size(); k++) {
+    qm_free(a[k]);
+    for (size_t j = 0; j <= k; j++) {
+      qmt_large_rec_t r;
+      if (!qmt_large_record(a[j], &r) || !r.quarantined)
+        continue;
+      long stale = qmt_q_stale_copy(r.idx);
+      if (stale < 0)
+        continue;
+      uint32_t cap, head, n;
+      qmt_q_fifo(&cap, &head, &n);
+      // the flush empties every older entry first: when it reaches this
+      // chunk's own entry that entry is the oldest, and the stale copy
+      // lies past the entries then as it does now
+      uint32_t older = (r.qpos + cap - head) % cap;
+      expect_operands((static_cast<uint32_t>(stale) + cap - r.qpos) % cap, n - older);
+      qmt_large_set_qpos(a[j], static_cast<uint32_t>(stale));
+      qmt_quarantine_flush();
+      return;
+    }
+  }
+  setup_failed("no stale copy in the FIFO's ring");
+}
+
+TEST(LargeMetadataDeathTest, AFifoPositionAtAStaleCopyIsCaught) {
+  EXPECT_DEATH(stale_fifo_position(),
+               check_report("(b->q.pos + Q.cap - Q.fifo.head) % Q.cap < Q.fifo.n", "quarantine.c"));
+}
+
+// A belt chunk's record dies when its pages are reused elsewhere, and waits
+// in the ring of dead records (its place there in rec.dpos) until the belt
+// comes round to its range again and forgets it, emptying its place. A
+// place corrupted past the ring (`outside`: R.dead[4096] is the ring's own
+// head, which the emptying would overwrite) or to another dead record's
+// (whose place would be emptied, that record left dead out of the ring) is
+// caught first. A 2 GiB belt (window_gb=1) comes round after about 130
+// chunks of 16 MiB.
+void dead_place_corrupted(bool outside) {
+  if (qmt_options_apply("window_gb=1:window_frees=16")) {
+    setup_failed("options");
+    return;
+  }
+  const size_t n = 16 * MiB;
+  void *first = qm_malloc(n);
+  qm_stats_t s;
+  qm_stats(&s);
+  if (!first || !s.belt_reserved_bytes) {
+    setup_failed("no belt");
+    return;
+  }
+  qm_free(first);
+  std::vector<void *> freed{first};
+  bool corrupted = false;
+  for (int k = 0; k < 2000; k++) {
+    void *p = qm_malloc(n); // the pages of the last one moved to a range carved afresh
+    qm_free(p);
+    freed.push_back(p);
+    qmt_large_rec_t r0, other;
+    if (corrupted || !qmt_large_record(first, &r0) || !r0.dead)
+      continue;
+    if (outside) {
+      expect_operands(qmt_dead_max(), qmt_dead_max());
+      qmt_large_set_dpos(first, qmt_dead_max());
+      corrupted = true;
+    } else if (freed.size() > 40 && qmt_large_record(freed[40], &other) && other.dead) {
+      // a record the belt comes round to long after the first
+      expect_operands(other.idx, r0.idx);
+      qmt_large_set_dpos(first, other.dpos);
+      corrupted = true;
+    }
+  }
+  setup_failed(corrupted ? "the belt never came round" : "no dead records");
+}
+
+bool belt_possible() {
+  const qm_probe_result_t *r = qm_probe_result();
+  return r->strategy == QM_STRATEGY_PROTECT && r->belt_way != QM_BELT_IN_PLACE && !asan_build();
+}
+
+TEST(LargeMetadataDeathTest, ADeadRecordsPlacePastTheRingIsCaught) {
+  if (!belt_possible())
+    GTEST_SKIP() << "no belt under this strategy";
+  EXPECT_DEATH(dead_place_corrupted(true),
+               check_report("b->rec.dpos < DEAD_MAX", "large_record.c"));
+}
+
+TEST(LargeMetadataDeathTest, ADeadRecordsPlaceAtAnothersIsCaught) {
+  if (!belt_possible())
+    GTEST_SKIP() << "no belt under this strategy";
+  EXPECT_DEATH(dead_place_corrupted(false),
+               check_report("R.dead[b->rec.dpos] == k - 1", "large_record.c"));
 }
 
 // ---- suites that run with a strategy or budget forced (own process) ----
