@@ -187,13 +187,6 @@ static inline size_t pclass_pages(unsigned c) {
   return ((size_t)1 << l) + ((size_t)(k % 4 + 1) << (l - 2));
 }
 
-/* A record by index: an index past the reserved table (a corrupted count
- * or link) is caught here, before it is used. */
-static inline block_t *B(uint32_t i) {
-  QM_CHECK_OP(i, <, LF.blk_max);
-  return &LF.blk[i];
-}
-
 /* The RW pages that a request of `need` pages aligned to `align` takes in
  * chunk b: whole huge pages in a THP chunk (opening part of one would split
  * its PMD for good), but exact ones for over-aligned requests, as extent()

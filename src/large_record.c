@@ -24,9 +24,9 @@
 qm_large_t qm__large = {.lock = QM_LOCK_INIT};
 
 static struct {
-  size_t nblk, blk_committed; /* records in use (high water), RW */
-  uint32_t free_rec;          /* the free records, linked by q.next (large.h) */
-  slot_t *tab;                /* the hash: user pointer -> record */
+  size_t blk_committed; /* records RW (those made: c.made) */
+  uint32_t free_rec;    /* the free records, linked by q.next (large.h) */
+  slot_t *tab;          /* the hash: user pointer -> record */
   size_t tab_cap, tab_used;
   /* the stack table: per record, frames allocating then frames freeing */
   uintptr_t *stk[MAX_RECORDS / STK_SEG];
@@ -179,11 +179,13 @@ uint32_t qm__rec_alloc(void) {
     B(i)->q.next = 0; /* handed out all zero, as a record never used is */
     return i;
   }
-  if (R.nblk == LF.blk_max)
+  size_t i = R.c.made;
+  if (i == LF.blk_max)
     return NIL;
-  if (R.nblk == R.blk_committed && !blk_commit(R.blk_committed + (64 << 10) / sizeof(block_t)))
+  if (i == R.blk_committed && !blk_commit(R.blk_committed + (64 << 10) / sizeof(block_t)))
     return NIL;
-  return (uint32_t)R.nblk++;
+  __atomic_store_n(&R.c.made, i + 1, __ATOMIC_RELAXED); /* read by B() and qm__rec_find */
+  return (uint32_t)i;
 }
 
 static void addr_remove(uint32_t i);
@@ -245,23 +247,34 @@ static bool holds(uint32_t i, uintptr_t a) {
  * being reused. */
 #define AWALK 65536
 
+/* The record on list h that holds a, or NIL. A link to no record made (a
+ * corrupted anext) ends the walk: past the records made the table may be
+ * uncommitted, and a fault here, in the SIGSEGV handler, would end the
+ * report; the table's sealed size bounds it whatever the count. The count
+ * is read after the head's acquire, so it covers every record on the list
+ * then; a link to a record made since (one reused meanwhile) reads it
+ * again. */
+static uint32_t walk(_Atomic uint32_t *h, uintptr_t a, unsigned *steps) {
+  uint32_t k = atomic_load_explicit(h, memory_order_acquire);
+  size_t made = qm__rec_made();
+  for (; k && *steps < AWALK; k = LF.blk[k - 1].rec.anext, (*steps)++) {
+    if (k > LF.blk_max || (k > made && k > (made = qm__rec_made())))
+      return NIL;
+    if (holds(k - 1, a))
+      return k - 1;
+  }
+  return NIL;
+}
+
 uint32_t qm__rec_find(uintptr_t a) {
   if (!LF.blk)
     return NIL;
   unsigned steps = 0;
-  for (uint32_t k = atomic_load_explicit(&R.abig, memory_order_acquire);
-       k && k <= LF.blk_max && steps < AWALK; k = LF.blk[k - 1].rec.anext, steps++)
-    if (holds(k - 1, a))
-      return k - 1;
+  uint32_t i = walk(&R.abig, a, &steps);
   /* a record's base is in its own granule or up to ABIG before */
-  for (uintptr_t g = 0; g <= (ABIG >> AGRAN_SHIFT) + 1 && g <= a >> AGRAN_SHIFT; g++) {
-    _Atomic uint32_t *h = &R.abucket[((a >> AGRAN_SHIFT) - g) % ABUCKETS];
-    for (uint32_t k = atomic_load_explicit(h, memory_order_acquire);
-         k && k <= LF.blk_max && steps < AWALK; k = LF.blk[k - 1].rec.anext, steps++)
-      if (holds(k - 1, a))
-        return k - 1;
-  }
-  return NIL;
+  for (uintptr_t g = 0; i == NIL && g <= (ABIG >> AGRAN_SHIFT) + 1 && g <= a >> AGRAN_SHIFT; g++)
+    i = walk(&R.abucket[((a >> AGRAN_SHIFT) - g) % ABUCKETS], a, &steps);
+  return i;
 }
 
 uint32_t qm__tab_find(uintptr_t k) {
@@ -399,12 +412,12 @@ static void dead_forget(uint32_t i) {
 #define PREFILL_SLACK 64 /* records beyond the ring's: live and pooled chunks come and go */
 
 static bool prefill(void) {
-  if (!blk_commit(R.nblk + (DEAD_MAX - R.dead_q.n) + PREFILL_SLACK))
+  if (!blk_commit(R.c.made + (DEAD_MAX - R.dead_q.n) + PREFILL_SLACK))
     return false;
-  uintptr_t lo = qm_align_down((uintptr_t)&LF.blk[R.nblk], qm__page);
+  uintptr_t lo = qm_align_down((uintptr_t)&LF.blk[R.c.made], qm__page);
   qm_os_populate((void *)lo, qm_page_up((uintptr_t)&LF.blk[R.blk_committed]) - lo);
   /* the stack entries of the records to come, segment by segment */
-  for (size_t r = R.nblk; r < R.blk_committed && r < R.stk_committed;) {
+  for (size_t r = R.c.made; r < R.blk_committed && r < R.stk_committed;) {
     size_t seg = r / STK_SEG, end = (seg + 1) * STK_SEG;
     if (end > R.blk_committed)
       end = R.blk_committed;
@@ -489,6 +502,13 @@ size_t qm__large_table(uintptr_t *lo, uintptr_t *hi) {
   *hi = LF.blk ? table_end() : 0;
   qm_unlock(&S.lock);
   return max;
+}
+
+void qm__large_records(size_t *made, size_t *committed) {
+  qm_lock(&S.lock);
+  *made = R.c.made;
+  *committed = R.blk_committed;
+  qm_unlock(&S.lock);
 }
 
 size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {

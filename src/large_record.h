@@ -80,8 +80,31 @@ uint64_t qm__note_free(uint32_t i, const trace_t *t);
 typedef struct rec_counts {
   size_t maps;                 /* mappings the records' chunks are (qm__set_vmas) */
   uint64_t frees, freed_bytes; /* the clock: large frees counted, and their bytes */
+  /* records made so far, the high water (free ones included): an index
+   * below it holds a record that was made, in the committed part of the
+   * table. It only grows; written with __atomic stores, as the SIGSEGV
+   * handler's walk of the address index reads it without the lock. */
+  size_t made;
 } rec_counts_t;
 extern QM_HIDDEN const rec_counts_t *const qm__rec_counts;
+static inline size_t qm__rec_made(void) {
+  return __atomic_load_n(&qm__rec_counts->made, __ATOMIC_RELAXED);
+}
+
+/* A record by index; an index no record was made at (a corrupted count,
+ * link or ring entry) is caught here, before it is used. Checked against
+ * the records made, not only the table's sealed size (which still bounds
+ * it where the count itself is corrupted): past them lie records never
+ * made, all zero (a walk of the FIFO or a bin takes one for a chunk no
+ * longer there and goes on, the chunk whose link it replaced lost without
+ * a word) and, past the committed part, PROT_NONE pages (a read faults: a
+ * crash, not a report). A thread holding an index got it under the lock,
+ * after the record was made, so it reads a count past it. */
+static inline block_t *B(uint32_t i) {
+  QM_CHECK_OP(i, <, LF.blk_max);
+  QM_CHECK_OP(i, <, qm__rec_made());
+  return &LF.blk[i];
+}
 static inline size_t qm__rec_maps(void) { return qm__rec_counts->maps; }
 static inline uint64_t qm__rec_frees(void) { return qm__rec_counts->frees; }
 /* The clock: the large frees counted; their bytes in *freed_bytes. */
@@ -100,6 +123,8 @@ size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap);
 /* The record table's mapping [lo, hi) (its records, then the FIFO's ring;
  * guard pages either side) and its records: 0 before it is reserved. */
 size_t qm__large_table(uintptr_t *lo, uintptr_t *hi);
+/* The records made so far and those committed (RW). */
+void qm__large_records(size_t *made, size_t *committed);
 #endif
 
 #endif

@@ -346,6 +346,8 @@ size_t qmt_metadata(uintptr_t (*out)[2], size_t cap) {
 
 size_t qmt_large_table(uintptr_t *lo, uintptr_t *hi) { return qm__large_table(lo, hi); }
 
+void qmt_large_records(size_t *made, size_t *committed) { qm__large_records(made, committed); }
+
 /* The record of the chunk whose user pointer is p (under S.lock), or NULL. */
 static block_t *large_rec_of(const void *p, uint32_t *idx) {
   uint32_t i = LF.blk ? qm__tab_find((uintptr_t)p) : NIL;
@@ -393,6 +395,17 @@ void qmt_large_set_dpos(const void *p, uint32_t place) {
   block_t *b = large_rec_of(p, &i);
   if (b)
     b->rec.dpos = (uint16_t)place;
+  qm_unlock(&S.lock);
+}
+
+void qmt_q_set_entry(uint32_t pos, uint32_t idx) { LF.qring[pos] = idx; }
+
+void qmt_large_set_anext(const void *p, uint32_t link) {
+  qm_lock(&S.lock);
+  uint32_t i;
+  block_t *b = large_rec_of(p, &i);
+  if (b)
+    b->rec.anext = link;
   qm_unlock(&S.lock);
 }
 

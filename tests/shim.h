@@ -153,6 +153,8 @@ size_t qmt_metadata(uintptr_t (*out)[2], size_t cap);
 /* The large chunks' record table: its mapping [*lo, *hi) between guard
  * pages, and its records (0: not reserved yet). */
 size_t qmt_large_table(uintptr_t *lo, uintptr_t *hi);
+/* Its records made so far (an index below holds one) and committed (RW). */
+void qmt_large_records(size_t *made, size_t *committed);
 /* The record of the large chunk whose user pointer is p, whatever its state
  * (the hash keeps a freed chunk's until its dead record is forgotten): its
  * index, whether it is quarantined or dead, its FIFO position (q.pos) and
@@ -170,9 +172,13 @@ void qmt_q_fifo(uint32_t *cap, uint32_t *head, uint32_t *n);
 long qmt_q_stale_copy(uint32_t idx);
 /* Stray writes into the allocator's own metadata, for the checks that must
  * catch them before anything is written through them: the FIFO position
- * and the place in the ring of dead records of the chunk at p. */
+ * and the place in the ring of dead records of the chunk at p, and the
+ * FIFO's entry at position pos. */
 void qmt_large_set_qpos(const void *p, uint32_t pos);
 void qmt_large_set_dpos(const void *p, uint32_t place);
+void qmt_q_set_entry(uint32_t pos, uint32_t idx);
+/* ... and its link in the address index (a record's index + 1; 0 ends). */
+void qmt_large_set_anext(const void *p, uint32_t link);
 /* Places in the ring of dead records (DEAD_MAX). */
 uint32_t qmt_dead_max(void);
 /* The pages sealed read-only after init: [lo, hi). */

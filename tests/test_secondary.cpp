@@ -813,7 +813,8 @@ TEST(SmallRecordTable, GrowthStopsAtTheTableEnd) {
 // Each test makes a stray write into the records or the quarantine through
 // a hook, then does what reads the corrupted field. A check must end the
 // process with its report (and abort) before anything is written through
-// it: without the check the corruption spreads silently or faults later.
+// it: without the check the corruption spreads silently or faults later
+// (the lock-free walk of the address index cannot report: it stops).
 // The scenario runs in the death test's child, a fresh process (main.cpp:
 // threadsafe style) whose quarantine and records start empty, so that the
 // options it sets before its first large malloc are the ones the
@@ -978,6 +979,84 @@ TEST(LargeMetadataDeathTest, ADeadRecordsPlaceAtAnothersIsCaught) {
     GTEST_SKIP() << "no belt under this strategy";
   EXPECT_DEATH(dead_place_corrupted(false),
                check_report("R.dead[b->rec.dpos] == k - 1", "large_record.c"));
+}
+
+// A record index that passes the table's size but names no record made:
+// a FIFO entry corrupted to one, read by the flush that walks the FIFO.
+// Past the records made lie records never made (zero: the walk took one
+// for a chunk not quarantined and went on, the real chunk lost from the
+// FIFO) and, past the committed part, PROT_NONE pages (the read faulted).
+// B() checks the index against the records made.
+void fifo_entry_names_no_record(bool uncommitted) {
+  // aged at once: the flush breaks no window (its warning would come first)
+  if (qmt_options_apply("quarantine_min_frees=0:quarantine_min_mb=0")) {
+    setup_failed("options");
+    return;
+  }
+  void *p = qm_malloc(200000);
+  qm_free(p);
+  qmt_large_rec_t r;
+  size_t made, committed;
+  uintptr_t lo, hi;
+  size_t max = qmt_large_table(&lo, &hi);
+  qmt_large_records(&made, &committed);
+  if (!qmt_large_record(p, &r) || !r.quarantined || !(made < committed && committed < max)) {
+    setup_failed("no quarantined chunk, or no room past the records made");
+    return;
+  }
+  uint32_t bad = static_cast<uint32_t>(uncommitted ? max - 1 : committed - 1);
+  expect_operands(bad, made);
+  qmt_q_set_entry(r.qpos, bad);
+  qmt_quarantine_flush();
+}
+
+TEST(LargeMetadataDeathTest, AnIndexPastTheRecordsMadeIsCaught) {
+  EXPECT_DEATH(fifo_entry_names_no_record(false),
+               check_report("i < qm__rec_made()", "large_record.h"));
+}
+
+TEST(LargeMetadataDeathTest, AnIndexIntoTheUncommittedTableIsCaught) {
+  EXPECT_DEATH(fifo_entry_names_no_record(true),
+               check_report("i < qm__rec_made()", "large_record.h"));
+}
+
+// The address index is walked without the lock (the SIGSEGV handler's
+// reports, malloc_object_size): a link corrupted to a record never made,
+// in the uncommitted part of the table, ends the walk (the chunks past it
+// are not found) instead of faulting in the handler. Exits 0 if so.
+void address_link_past_the_records_made() {
+  size_t made, committed;
+  uintptr_t lo, hi, older_base = 0, base = 0, end;
+  void *older = nullptr, *newer = nullptr;
+  for (int k = 0; k < 64 && !newer; k++) { // two in a row in one 16 MiB granule: one list
+    void *p = qm_malloc(200000);
+    if (!p || !qmt_large_range(p, &base, &end))
+      break;
+    if (older && base >> 24 == older_base >> 24) {
+      newer = p; // the list's head, linked to the older
+    } else {
+      older = p;
+      older_base = base;
+    }
+  }
+  size_t max = qmt_large_table(&lo, &hi);
+  qmt_large_records(&made, &committed);
+  if (!newer || committed >= max) {
+    setup_failed("no two chunks in one granule, or no uncommitted records");
+    std::exit(2);
+  }
+  qmt_large_set_anext(newer, static_cast<uint32_t>(max)); // record max - 1
+  uintptr_t b, e;
+  bool found_newer = qmt_large_range(newer, &b, &e), found_older = qmt_large_range(older, &b, &e);
+  if (!found_newer || found_older) {
+    std::fprintf(stderr, "newer found %d, older found %d\n", found_newer, found_older);
+    std::exit(1);
+  }
+  std::exit(0);
+}
+
+TEST(LargeMetadataDeathTest, AnAddressLinkPastTheRecordsMadeEndsTheWalk) {
+  EXPECT_EXIT(address_link_past_the_records_made(), testing::ExitedWithCode(0), "");
 }
 
 // ---- suites that run with a strategy or budget forced (own process) ----
