@@ -113,7 +113,10 @@ QM_EXPORT void *qm_malloc(size_t n) {
     qm_bin_t *b = &qm__bin[c];
     /* a free from a signal handler between the count's store and the
      * slot's load would put its chunk where this one is taken from: it
-     * finds the mark and leaves the bin alone */
+     * finds the mark and leaves the bin alone. The mark found is put back,
+     * not cleared: a handler that mallocs while its thread was in free
+     * must leave that free's mark for its own frees to find. */
+    uintptr_t was = qm__freeing;
     qm_freeing_set(QM_BUSY);
     if (QM_LIKELY(b->count)) {
       uintptr_t s = b->slot[--b->count], ch = qm_slot_chunk(s);
@@ -127,7 +130,7 @@ QM_EXPORT void *qm_malloc(size_t n) {
         /* s ^ ch: the generation, in place (QM_E_GEN_SHIFT is 48) */
         qm_entry_store(qm_entry_at(c, qm_chunk_index(roff, c)), qm__me | (s ^ ch) | (uint64_t)n);
         qm_store8(ch + n, qm_canary_of(s, c)); /* s: ch ^ gen << 48 */
-        qm_freeing_clear();
+        qm_freeing_restore(was);
         return (void *)ch;
       }
       qm__small_bad_pop(ch, c);
@@ -136,8 +139,8 @@ QM_EXPORT void *qm_malloc(size_t n) {
      * default profile's (a test its misses alone pay; a tail call, so that
      * no register is saved on the hits) */
     if (qm__cache_checked)
-      return qm__small_malloc_checked_fast(n, c);
-    qm_freeing_clear();
+      return qm__small_malloc_checked_fast(n, c, was);
+    qm_freeing_restore(was);
   }
   return qm__malloc_slow(n);
 }
@@ -413,11 +416,21 @@ QM_EXPORT void *qm_realloc(void *p, size_t n) {
   if (off < qm__pspan && (off >> qm__rshift) != QM_ZCLASS) {
     unsigned c;
     uint64_t *e, w;
+    /* from the check to the resize: a free of p from a signal handler in
+     * between would find the entry live and be undone by the resize's
+     * store (its chunk then handed out while realloc's caller holds it);
+     * marked, it reports, and any other free from a handler takes the
+     * nested path. Not held across the move below, which calls free. */
+    uintptr_t was = qm__freeing;
+    qm_freeing_set((uintptr_t)p | QM_REALLOCING);
     uintptr_t ch = qm__small_check(QM_OP_REALLOC, p, off, &c, &e, &w);
     size_t cap = qm__class[c].size - QM_CANARY - qm_e_offset(w);
     /* in place while it fits, canary included, wastes at most half the
      * chunk, and this thread may change the entry */
-    if (n <= cap && n >= cap / 2 && n < qm__small_limit && qm__small_resize(p, ch, c, e, w, n))
+    bool resized =
+        n <= cap && n >= cap / 2 && n < qm__small_limit && qm__small_resize(p, ch, c, e, w, n);
+    qm_freeing_restore(was);
+    if (resized)
       return p;
     /* checked just now (held_of would check it a second time); the free
      * below checks it again */

@@ -259,6 +259,8 @@ _Noreturn void qm__report_refree(const void *p, size_t size, qm_refree_t how) {
   d.n = 0;
   if (how == QM_REFREE_HANDLER) {
     qm_buf_str(&d, "freed again from a signal handler during its free");
+  } else if (how == QM_REFREE_HANDLER_REALLOC) {
+    qm_buf_str(&d, "freed from a signal handler during its realloc");
   } else {
     put_chunk(&d, QM_CK_SMALL, size);
     qm_buf_str(&d, ", freed twice on two threads");

@@ -43,8 +43,9 @@ _Noreturn void qm__report_pointer(qm_op_t op, const void *p, const qm_place_t *p
 /* How a second free of a small chunk was found, besides a free that finds
  * it freed. */
 typedef enum qm_refree {
-  QM_REFREE_TWO_THREADS, /* applied by its owner after another thread's free */
-  QM_REFREE_HANDLER,     /* from a signal handler inside its own free */
+  QM_REFREE_TWO_THREADS,     /* applied by its owner after another thread's free */
+  QM_REFREE_HANDLER,         /* from a signal handler inside its own free */
+  QM_REFREE_HANDLER_REALLOC, /* from a signal handler inside its realloc */
 } qm_refree_t;
 _Noreturn void qm__report_refree(const void *p, size_t size, qm_refree_t how) QM_COLD;
 /* A small or sampled chunk of size bytes at p written past its end, the

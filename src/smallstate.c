@@ -368,6 +368,10 @@ bool qm__small_resize(void *p, uintptr_t ch, unsigned c, uint64_t *e, uint64_t w
   else if (owner ||
            !__atomic_compare_exchange_n(e, &w, nw, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     return false; /* another thread's, or a racing free: moved instead */
+  /* the old canary lies inside the grown request, or past the shrunk one
+   * where a later, larger allocation of the chunk would find it: cleared
+   * first (a new canary overlapping it is written over the zeros) */
+  qm_canary_clear((uintptr_t)p + qm_e_size(w));
   qm_store8((uintptr_t)p + n, qm_canary(ch, qm_e_gen(w), c));
   return true;
 }
@@ -418,6 +422,7 @@ static inline void pend_settle(const qm_pend_t *e, qm_bin_t *bins, uint64_t r) {
   unsigned c = QM_PEND_CLASS(e);
   if (QM_UNLIKELY(qm_load8(at) != qm_canary_before(s, c)))
     qm__small_pend_error(s, at);
+  qm_canary_clear(at);
   qm_bin_t *b = &bins[c];
   uint32_t n = b->count;
   if (QM_UNLIKELY(n >= b->max)) {
@@ -477,8 +482,16 @@ void qm__small_pend_flush(void) {
   qm_busy_leave(was);
 }
 
-/* the main thread's parked frees, when the program ends */
-__attribute__((destructor)) static void pend_at_exit(void) { qm__small_pend_flush(); }
+/* The main thread's parked frees, and what other threads sent it, when
+ * the program ends (it has no exit hook): a free sent to it that finds its
+ * chunk freed meanwhile by the main thread itself (the two frees raced:
+ * the sender's swap landed between the owner's load and its plain store)
+ * is reported before the process is gone, not never. */
+__attribute__((destructor)) static void pend_at_exit(void) {
+  uintptr_t was = qm_busy_enter();
+  qm__state_drain();
+  qm_busy_leave(was);
+}
 
 /* ---- frees sent to the owner ----
  * The sender checked the chunk (state, pointer, canary) and made its entry
@@ -613,6 +626,10 @@ static uintptr_t settle(uintptr_t m, unsigned owner, unsigned *cls) {
     late_double_free(p, w);
   uint64_t fw = qm_e_freed(w);
   qm_entry_store(e, fw);
+  /* the sender checked the canary; the owner clears it: a sender's store
+   * there would race the owner's checks of its live neighbours, which
+   * read an entry and then its canary (checked mode) */
+  qm_canary_clear(p + qm_e_size(w));
   return qm_slot_make(ch, qm_e_gen(fw));
 }
 
@@ -850,16 +867,16 @@ QM_INLINE void *hand_out_checked(uintptr_t s, unsigned c, size_t n) {
   return (void *)ch;
 }
 
-void *qm__small_malloc_checked_fast(size_t n, unsigned c) {
+void *qm__small_malloc_checked_fast(size_t n, unsigned c, uintptr_t was) {
   uintptr_t s;
   /* an exhausted class: the slow path tries larger ones */
   if (QM_UNLIKELY(c >= QM_NCLASS || drain_due() || qm__opt.guard_all || !qm__cc[c].slot ||
                   !(s = qm_cache_take_checked(c)))) {
-    qm_freeing_clear();
+    qm_freeing_restore(was);
     return qm__malloc_slow(n);
   }
   void *p = hand_out_checked(s, c, n);
-  qm_freeing_clear();
+  qm_freeing_restore(was);
   return p;
 }
 
@@ -931,6 +948,8 @@ QM_INLINE bool free_checked(uintptr_t a, uintptr_t off) {
   qm_entry_store(e, fw);
   if (qm__opt.zero_on_free)
     zero_chunk(a, size);
+  else
+    qm_canary_clear(a + qm_e_size(w));
   if (lhas) {
     uint64_t bad = qm_load8(lend) ^ qm_canary(a - size, qm_e_gen(lw), c);
     if (QM_UNLIKELY(bad))
@@ -1052,8 +1071,15 @@ void qm__free_nested(void *p) {
   uintptr_t a = (uintptr_t)p, off = a - qm__pbase;
   if (!p)
     return;
-  if (a == qm__freeing)
+  /* a realloc's mark first: p | QM_REALLOCING is also the address p + 2,
+   * an interior pointer, which must report as one */
+  uintptr_t f = qm__freeing;
+  if (f & QM_REALLOCING) {
+    if (a == (f & ~QM_REALLOCING))
+      qm__report_refree(p, 0, QM_REFREE_HANDLER_REALLOC);
+  } else if (a == f) {
     qm__report_refree(p, 0, QM_REFREE_HANDLER);
+  }
   /* a small chunk is checked now, lock-free; anything else (zero-size,
    * large, guarded) takes locks the interrupted free may hold: checked
    * when applied */
@@ -1143,6 +1169,7 @@ static __attribute__((noinline)) void free_general(void *p, uintptr_t off) {
      * by this thread, checked and freed now */
     if (QM_UNLIKELY(qm_load8(a + qm_e_size(w)) != qm_canary(ch, qm_e_gen(w), c)))
       canary_error(a, a + qm_e_size(w), qm_canary(ch, qm_e_gen(w), c));
+    qm_canary_clear(a + qm_e_size(w));
     uint64_t fw = qm_e_freed(w);
     qm_entry_store(e, fw);
     qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
@@ -1151,15 +1178,20 @@ static __attribute__((noinline)) void free_general(void *p, uintptr_t off) {
   }
   ch = qm__small_check(QM_OP_FREE, p, off, &c, &e, &w);
   owner = qm_e_owner(w);
+  /* each way below clears the checked canary once the entry has changed
+   * and before the chunk can be anyone's again; one sent to its owner is
+   * cleared by the owner (settle) */
   if (owner && owner == me) {
     uint64_t fw = qm_e_freed(w);
     qm_entry_store(e, fw);
+    qm_canary_clear(a + qm_e_size(w));
     qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
   } else if (!owner) {
     uint64_t fw;
     while (!__atomic_compare_exchange_n(e, &w, fw = qm_e_freed(w), false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED))
       ch = qm__small_check(QM_OP_FREE, p, off, &c, &e, &w); /* another free won: reports */
+    qm_canary_clear(a + qm_e_size(w));
     qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
   } else {
     /* checked mode, or a thread with no id: checked at once */
@@ -1169,6 +1201,7 @@ static __attribute__((noinline)) void free_general(void *p, uintptr_t off) {
     if (qm_e_owner(w) == me && me) { /* it became this thread's meanwhile */
       uint64_t fw = qm_e_freed(w);
       qm_entry_store(e, fw);
+      qm_canary_clear(a + qm_e_size(w));
       qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
     } else {
       send_free((uintptr_t)p, w);

@@ -65,6 +65,11 @@ QM_INLINE uint64_t qm_load8(uintptr_t a) {
   return v;
 }
 QM_INLINE void qm_store8(uintptr_t a, uint64_t v) { memcpy((void *)a, &v, 8); }
+/* A canary checked at a free (or moved by a resize) is zeroed: left in
+ * place, a later and larger request of the same chunk would hold it in its
+ * own bytes, where the program could read it (and a 16-bit generation
+ * repeats); its line was just read, so the store costs no miss. */
+QM_INLINE void qm_canary_clear(uintptr_t at) { qm_store8(at, 0); }
 
 /* The calling thread's identity as an entry's owner and state bits
  * (ALLOC | id << 32), or QM_E_NOBODY while it has no cache: the free fast
@@ -85,6 +90,15 @@ QM_INLINE void qm_freeing_clear(void) {
   qm__freeing = 0;
 }
 #define QM_BUSY ((uintptr_t)1)
+/* p | QM_REALLOCING: realloc is resizing p in place; a free of p from a
+ * signal handler meanwhile reports (its entry would be written back live) */
+#define QM_REALLOCING ((uintptr_t)2)
+/* Puts back the mark a fast path found (0, or the mark of the call a
+ * signal handler that called it interrupted). */
+QM_INLINE void qm_freeing_restore(uintptr_t was) {
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  qm__freeing = was;
+}
 /* Marks the cache busy on a slow path unless a free already did; the
  * value to pass to qm_busy_leave. */
 QM_INLINE uintptr_t qm_busy_enter(void) {
@@ -157,7 +171,7 @@ void *qm__small_malloc_checked(size_t n);
  * a cache taking from its own bin with nothing sent to it, with no init,
  * busy or class-loop work per call; anything else goes to qm__malloc_slow.
  * Leaves the mark cleared. */
-void *qm__small_malloc_checked_fast(size_t n, unsigned c);
+void *qm__small_malloc_checked_fast(size_t n, unsigned c, uintptr_t was);
 /* A bin slot whose chunk is not in its class region. */
 _Noreturn void qm__small_bad_pop(uintptr_t ch, unsigned c) QM_COLD;
 /* In-place realloc of p to n bytes, when this thread may change its entry

@@ -165,6 +165,21 @@ void qmt_free_interrupting(uintptr_t mark, void *q) {
   qm_free(q);
   qm__freeing = was;
 }
+uintptr_t qmt_malloc_interrupting(uintptr_t mark, size_t n, void **out) {
+  uintptr_t was = qm__freeing;
+  qm_freeing_set(mark);
+  *out = qm_malloc(n);
+  uintptr_t left = qm__freeing;
+  qm__freeing = was;
+  return left;
+}
+uintptr_t qmt_realloc_mark(const void *p) { return (uintptr_t)p | QM_REALLOCING; }
+void qmt_owner_store_freed(void *p) {
+  uintptr_t off = (uintptr_t)p - qm__pbase;
+  unsigned c = (unsigned)(off >> qm__rshift);
+  uint64_t *e = qm_entry_at(c, qm_chunk_index(off & qm__rmask, c));
+  qm_entry_store(e, qm_e_freed(qm_entry_load(e)));
+}
 unsigned qmt_bin_count(unsigned c) { return qm__bin[c].count; }
 int qmt_cache_checked(void) { return qm__cache_checked; }
 extern struct central *qm__central;

@@ -46,6 +46,15 @@ uintptr_t qmt_entry_line(const void *p);
 /* free(q) as a signal handler runs it when it interrupts this thread
  * inside free(mark) (mark 1: inside malloc, which changes the cache). */
 void qmt_free_interrupting(uintptr_t mark, void *q);
+/* malloc(n) as a signal handler runs it when it interrupts this thread
+ * inside free(mark); the chunk in *out, and the mark malloc left behind. */
+uintptr_t qmt_malloc_interrupting(uintptr_t mark, size_t n, void **out);
+/* The mark realloc sets while it resizes p in place (p | QM_REALLOCING). */
+uintptr_t qmt_realloc_mark(const void *p);
+/* The owner's store of free(p)'s fast path alone (entry made FREE, with
+ * nothing else): what the owner writes when another thread's free of p
+ * lands between its load and its store. */
+void qmt_owner_store_freed(void *p);
 /* Chunks in the calling thread's bin of class c (not in checked mode). */
 unsigned qmt_bin_count(unsigned c);
 /* 1 in checked mode (hardening=max or zero_on_free): bins always empty. */

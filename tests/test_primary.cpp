@@ -204,6 +204,89 @@ TEST(PrimaryDeathTest, AFreeFromAHandlerInsideAnotherFreeCountsAtOnce) {
   qm_free(p);
 }
 
+// A handler's free of p while realloc(p) resizes it in place (realloc
+// marks it, qmt_realloc_mark): reported, instead of the resize writing
+// the entry back live over the free (p then handed out while held).
+TEST(PrimaryDeathTest, AFreeFromAHandlerDuringReallocOfItReports) {
+  void *p = qm_malloc(200);
+  EXPECT_DEATH(qmt_free_interrupting(qmt_realloc_mark(p), p),
+               "^" QM_LINE_OF(QM_K_DOUBLE_FREE,
+                              "freed from a signal handler during its realloc") "\n" QM_END);
+  qm_free(p);
+}
+
+// A handler that mallocs while its thread is inside free(p): malloc puts
+// back the mark it found, so the handler's later frees still take the
+// nested path (cleared, they took the fast path inside the interrupted
+// free: a chunk parked twice, handed out twice).
+TEST(Primary, MallocFromAHandlerKeepsTheInterruptedFreesMark) {
+  void *p = qm_malloc(48), *q = nullptr;
+  uintptr_t mark = reinterpret_cast<uintptr_t>(p);
+  EXPECT_EQ(qmt_malloc_interrupting(mark, 48, &q), mark);
+  ASSERT_NE(q, nullptr);
+  EXPECT_DEATH(qmt_free_interrupting(qmt_malloc_interrupting(mark, 48, &q), p),
+               "^" QM_LINE_OF(QM_K_DOUBLE_FREE,
+                              "freed again from a signal handler during its free") "\n" QM_END);
+  qm_free(q);
+  qm_free(p);
+}
+
+// The owner's free of p and another thread's, racing: the other thread's
+// swap (ALLOC -> SENT) lands between the owner's load and its plain store,
+// which makes the entry FREE over SENT. The other thread's message reaches
+// the owner's inbox; the main thread has no exit hook, and its inbox is
+// drained when the program ends, so the double free is reported then.
+TEST(PrimaryDeathTest, ARaceOfOwnerAndRemoteFreeIsReportedAtExit) {
+  if (qmt_cache_checked())
+    GTEST_SKIP() << "checked mode sends no frees";
+  qm_free(qm_malloc(32));
+  if (!qmt_owner_id())
+    GTEST_SKIP() << "no thread cache: no owner, no inbox";
+  EXPECT_DEATH(
+      {
+        void *p = qm_malloc(64);
+        std::thread([p] {
+          qm_free(qm_malloc(32)); /* an id of its own: p goes to its owner */
+          qm_free(p);
+        }).join(); /* its exit sends p to this thread's inbox */
+        qmt_owner_store_freed(p);
+        exit(0);
+      },
+      "^" QM_LINE_OF(QM_K_DOUBLE_FREE,
+                     "small chunk, 64 bytes, freed twice on two threads") "\n" QM_END);
+}
+
+// A canary checked at a free is zeroed, and so is the one an in-place
+// resize moves: no later, larger request of the chunk finds one in its own
+// bytes (a 16-bit generation repeats, so a canary read once would be good
+// again 65,536 frees later).
+TEST(Primary, NoCanaryIsLeftInsideARequest) {
+  if (qmt_cache_checked())
+    GTEST_SKIP() << "checked mode zeroes a freed chunk whole";
+  ASSERT_EQ(qmt_class_of(24), qmt_class_of(17));
+  unsigned char *g = static_cast<unsigned char *>(qm_malloc(17));
+  ASSERT_EQ(qm_realloc(g, 24), g) << "grown in place";
+  for (int i = 17; i < 24; i++)
+    EXPECT_EQ(g[i], 0) << "byte " << i << " held the old canary";
+  qm_free(g);
+  ASSERT_EQ(qmt_class_of(33), qmt_class_of(40));
+  unsigned char *p = static_cast<unsigned char *>(qm_malloc(33));
+  qm_free(p);
+  qmt_flush_thread_cache(); /* the parked free checked, p in the central list */
+  std::vector<void *> got;
+  unsigned char *again = nullptr;
+  for (int i = 0; i < 100000 && !again; i++) {
+    got.push_back(qm_malloc(40));
+    if (got.back() == p)
+      again = p;
+  }
+  ASSERT_NE(again, nullptr) << "p not handed out again";
+  for (int i = 33; i < 40; i++)
+    EXPECT_EQ(again[i], 0) << "byte " << i << " held the canary of p's last allocation";
+  for (void *x : got)
+    qm_free(x);
+}
+
 // The same inside malloc: the handler's free leaves the bin alone (malloc
 // may be between its count and its slot), and q comes back at the next
 // refill, once.

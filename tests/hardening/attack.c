@@ -315,6 +315,45 @@ static int signal_in_flush(void) {
   return 0;
 }
 
+/* A free from a signal handler of the very chunk realloc is resizing in
+ * place. The signal is made to land inside realloc: the canary its check
+ * reads sits on a page made PROT_NONE, and the SIGSEGV handler restores
+ * the page and frees the chunk. That free must report: left to finish,
+ * the resize writes the entry back live over the free, and the chunk is
+ * handed out again while realloc's caller holds it (exits 1 if it is). */
+static unsigned char *rs_page;
+static void *rs_chunk;
+static volatile sig_atomic_t rs_freed; /* also keeps the free from being a tail call */
+/* the frame a report names: the handler's free */
+ATTACK void realloc_segv(int sig, siginfo_t *si, void *uc);
+void realloc_segv(int sig, siginfo_t *si, void *uc) {
+  (void)sig, (void)si, (void)uc;
+  mprotect(rs_page, 4096, PROT_READ | PROT_WRITE);
+  free(rs_chunk);
+  rs_freed = 1;
+}
+static int realloc_signal_free(void) {
+  enum { SIZE = 200, LESS = 180 }; /* one class: resized in place */
+  unsigned char *p = opaque(malloc(SIZE));
+  rs_chunk = p;
+  rs_page = (unsigned char *)((uintptr_t)(p + SIZE) & ~(uintptr_t)4095);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = realloc_segv;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &sa, NULL);
+  mprotect(rs_page, 4096, PROT_NONE);
+  unsigned char *q = opaque(realloc(p, LESS));
+  signal(SIGSEGV, SIG_DFL);
+  for (int i = 0; i < 100000; i++)
+    if (opaque(malloc(LESS)) == q) {
+      fprintf(stderr, "attack: %p handed out again while realloc's caller holds it\n", (void *)q);
+      return 1;
+    }
+  fprintf(stderr, "attack: the handler's free of the chunk under realloc was accepted\n");
+  return 1;
+}
+
 /* n bytes asked for, k written past them, with value v */
 ATTACK int overflow(size_t n, size_t k, int v) {
   unsigned char *p = opaque(malloc(n));
@@ -528,6 +567,8 @@ int main(int argc, char **argv) {
     return signal_split_free(argc > 2 ? atoi(argv[2]) : 200);
   if (!strcmp(m, "signal-in-flush"))
     return signal_in_flush();
+  if (!strcmp(m, "realloc-signal-free"))
+    return realloc_signal_free();
   if (!strcmp(m, "overflow-1"))
     return overflow(20, 1, 'A');
   if (!strcmp(m, "overflow-8"))
