@@ -487,7 +487,7 @@ void qm__small_pend_flush(void) {
  * chunk freed meanwhile by the main thread itself (the two frees raced:
  * the sender's swap landed between the owner's load and its plain store)
  * is reported before the process is gone, not never. */
-__attribute__((destructor)) static void pend_at_exit(void) {
+__attribute__((destructor)) static void drain_at_exit(void) {
   uintptr_t was = qm_busy_enter();
   qm__state_drain();
   qm_busy_leave(was);
@@ -1108,6 +1108,13 @@ void qm__free_nested(void *p) {
 
 static void free_general(void *p, uintptr_t off);
 
+/* A chunk this thread just made FREE (entry w before, fw after; a its
+ * user pointer): its checked canary cleared, into the cache. */
+static void release_freed(uintptr_t a, uintptr_t ch, unsigned c, uint64_t w, uint64_t fw) {
+  qm_canary_clear(a + qm_e_size(w));
+  qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
+}
+
 void qm__small_free_slow(void *p, uintptr_t off) {
   if (qm__cache_checked && QM_LIKELY(free_checked((uintptr_t)p, off))) {
     qm_freeing_clear();
@@ -1169,10 +1176,9 @@ static __attribute__((noinline)) void free_general(void *p, uintptr_t off) {
      * by this thread, checked and freed now */
     if (QM_UNLIKELY(qm_load8(a + qm_e_size(w)) != qm_canary(ch, qm_e_gen(w), c)))
       canary_error(a, a + qm_e_size(w), qm_canary(ch, qm_e_gen(w), c));
-    qm_canary_clear(a + qm_e_size(w));
     uint64_t fw = qm_e_freed(w);
     qm_entry_store(e, fw);
-    qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
+    release_freed(a, ch, c, w, fw);
     qm_freeing_clear();
     return;
   }
@@ -1184,15 +1190,13 @@ static __attribute__((noinline)) void free_general(void *p, uintptr_t off) {
   if (owner && owner == me) {
     uint64_t fw = qm_e_freed(w);
     qm_entry_store(e, fw);
-    qm_canary_clear(a + qm_e_size(w));
-    qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
+    release_freed(a, ch, c, w, fw);
   } else if (!owner) {
     uint64_t fw;
     while (!__atomic_compare_exchange_n(e, &w, fw = qm_e_freed(w), false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED))
       ch = qm__small_check(QM_OP_FREE, p, off, &c, &e, &w); /* another free won: reports */
-    qm_canary_clear(a + qm_e_size(w));
-    qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
+    release_freed(a, ch, c, w, fw);
   } else {
     /* checked mode, or a thread with no id: checked at once */
     while (!__atomic_compare_exchange_n(e, &w, qm_e_sent(w), false, __ATOMIC_RELAXED,
@@ -1201,8 +1205,7 @@ static __attribute__((noinline)) void free_general(void *p, uintptr_t off) {
     if (qm_e_owner(w) == me && me) { /* it became this thread's meanwhile */
       uint64_t fw = qm_e_freed(w);
       qm_entry_store(e, fw);
-      qm_canary_clear(a + qm_e_size(w));
-      qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
+      release_freed(a, ch, c, w, fw);
     } else {
       send_free((uintptr_t)p, w);
     }

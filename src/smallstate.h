@@ -85,20 +85,17 @@ QM_INLINE void qm_freeing_set(uintptr_t p) {
   qm__freeing = p;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
-QM_INLINE void qm_freeing_clear(void) {
-  __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  qm__freeing = 0;
-}
-#define QM_BUSY ((uintptr_t)1)
-/* p | QM_REALLOCING: realloc is resizing p in place; a free of p from a
- * signal handler meanwhile reports (its entry would be written back live) */
-#define QM_REALLOCING ((uintptr_t)2)
 /* Puts back the mark a fast path found (0, or the mark of the call a
  * signal handler that called it interrupted). */
 QM_INLINE void qm_freeing_restore(uintptr_t was) {
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   qm__freeing = was;
 }
+QM_INLINE void qm_freeing_clear(void) { qm_freeing_restore(0); }
+#define QM_BUSY ((uintptr_t)1)
+/* p | QM_REALLOCING: realloc is resizing p in place; a free of p from a
+ * signal handler meanwhile reports (its entry would be written back live) */
+#define QM_REALLOCING ((uintptr_t)2)
 /* Marks the cache busy on a slow path unless a free already did; the
  * value to pass to qm_busy_leave. */
 QM_INLINE uintptr_t qm_busy_enter(void) {

@@ -175,9 +175,7 @@ uintptr_t qmt_malloc_interrupting(uintptr_t mark, size_t n, void **out) {
 }
 uintptr_t qmt_realloc_mark(const void *p) { return (uintptr_t)p | QM_REALLOCING; }
 void qmt_owner_store_freed(void *p) {
-  uintptr_t off = (uintptr_t)p - qm__pbase;
-  unsigned c = (unsigned)(off >> qm__rshift);
-  uint64_t *e = qm_entry_at(c, qm_chunk_index(off & qm__rmask, c));
+  uint64_t *e = entry_of(p);
   qm_entry_store(e, qm_e_freed(qm_entry_load(e)));
 }
 unsigned qmt_bin_count(unsigned c) { return qm__bin[c].count; }

@@ -276,6 +276,18 @@ static void flush_segv(int sig, siginfo_t *si, void *uc) {
   mprotect(flush_page, 4096, PROT_READ | PROT_WRITE);
   free(flush_extra);
 }
+/* Makes the page holding at PROT_NONE, with handler h for its fault
+ * (which must make it accessible again); returns the page. */
+static unsigned char *trap_page(const void *at, void (*h)(int, siginfo_t *, void *)) {
+  unsigned char *page = (unsigned char *)((uintptr_t)at & ~(uintptr_t)4095);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = h;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &sa, NULL);
+  mprotect(page, 4096, PROT_NONE);
+  return page;
+}
 static void fork_and_wait(void) {
   pid_t pid = fork();
   if (!pid)
@@ -292,13 +304,7 @@ static int signal_in_flush(void) {
   fork_and_wait(); /* nothing parked from here on */
   for (int i = 0; i < PARKED; i++)
     free(p[i]);
-  flush_page = (unsigned char *)((uintptr_t)(p[0] + SIZE) & ~(uintptr_t)4095);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = flush_segv;
-  sa.sa_flags = SA_SIGINFO;
-  sigaction(SIGSEGV, &sa, NULL);
-  mprotect(flush_page, 4096, PROT_NONE);
+  flush_page = trap_page(p[0] + SIZE, flush_segv);
   fork_and_wait();
   mprotect(flush_page, 4096, PROT_READ | PROT_WRITE);
   signal(SIGSEGV, SIG_DFL);
@@ -336,13 +342,7 @@ static int realloc_signal_free(void) {
   enum { SIZE = 200, LESS = 180 }; /* one class: resized in place */
   unsigned char *p = opaque(malloc(SIZE));
   rs_chunk = p;
-  rs_page = (unsigned char *)((uintptr_t)(p + SIZE) & ~(uintptr_t)4095);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = realloc_segv;
-  sa.sa_flags = SA_SIGINFO;
-  sigaction(SIGSEGV, &sa, NULL);
-  mprotect(rs_page, 4096, PROT_NONE);
+  rs_page = trap_page(p + SIZE, realloc_segv);
   unsigned char *q = opaque(realloc(p, LESS));
   signal(SIGSEGV, SIG_DFL);
   for (int i = 0; i < 100000; i++)
