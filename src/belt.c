@@ -380,6 +380,6 @@ void qm__belt_stats(uint64_t *reserved, uint64_t *window, uint64_t *maps) {
   qm_unlock(&BT.lock);
 }
 
-void qm__belt_fork_prepare(void) { qm_lock(&BT.lock); }
+void qm__belt_fork_prepare(void) { qm_fork_lock(&BT.lock); }
 void qm__belt_fork_parent(void) { qm_unlock(&BT.lock); }
 void qm__belt_fork_child(void) { qm_lock_reinit(&BT.lock); }

@@ -334,8 +334,9 @@ unsigned qm__cache_group(void) { return group; }
 
 void qm__cache_init(void) { key_ok = pthread_key_create(&exit_key, on_thread_exit) == 0; }
 
-void qm__cache_fork_prepare(void) { qm_lock(&registry_lock); }
+void qm__cache_fork_prepare(void) { qm_fork_lock(&registry_lock); }
 void qm__cache_fork_parent(void) { qm_unlock(&registry_lock); }
+unsigned qm__cache_ids(void) { return next_id; }
 
 /* In a fork child: the chunks of this thread's bins in a fresh order, and
  * every free chunk it holds (bins, parked frees, delayed-free rings) with a

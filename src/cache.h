@@ -190,6 +190,9 @@ size_t qm__cache_threads(void);
 
 void qm__cache_init(void); /* the thread-exit key; after the primary */
 void qm__cache_fork_prepare(void);
+/* Owner ids given out so far, 1..qm__cache_ids()-1 (read under fork's
+ * hold of the registry lock). */
+unsigned qm__cache_ids(void);
 void qm__cache_fork_parent(void);
 void qm__cache_fork_child(void);
 /* The calling thread's group of the central lists. */

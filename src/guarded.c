@@ -522,7 +522,7 @@ void qm__guarded_stats(qm_stats_t *s) {
   qm_unlock(&G.lock);
 }
 
-void qm__guarded_fork_prepare(void) { qm_lock(&G.lock); }
+void qm__guarded_fork_prepare(void) { qm_fork_lock(&G.lock); }
 void qm__guarded_fork_parent(void) { qm_unlock(&G.lock); }
 /* The forking thread's countdown is drawn afresh from its reseeded stream:
  * two children of one parent do not sample the same allocations. */

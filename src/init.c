@@ -6,8 +6,10 @@
  * is fixed from the default options before the real ones are known. The
  * fork lock order, taken in prepare and released in reverse:
  *   guarded-slot lock -> secondary init lock -> probe lock -> secondary lock -> class locks 0..N
- *   -> zero-size lock -> meta lock -> thread-cache registry lock
- * which is also the only nesting allowed anywhere else.
+ *   -> zero-size lock -> meta lock -> thread-cache registry lock -> steering lock
+ *   -> owner-id locks
+ * all after stdio's list lock; which is also the only nesting allowed
+ * anywhere else.
  */
 #include "init.h"
 
@@ -43,35 +45,93 @@ int qm__init_done;
 static int init_state; /* 0 not started, 1 running, 2 done */
 int qm__booting;
 
-static void fork_prepare(void) {
-  qm__unwind_fork_prepare(); /* first: a thread waiting at its gate holds no lock */
-  /* the child's cache must hold no chunk whose canary is unchecked */
-  qm__small_pend_flush();
+/* stdio's list lock, taken first: glibc's fork takes it after the atfork
+ * handlers, so a forking thread holding qmalloc's locks waited for it while
+ * fflush(NULL) held it waiting for a FILE whose holder (getline, in
+ * realloc) waited for qmalloc. glibc orders its own malloc's locks after
+ * this one; so do these handlers. The lock is recursive (glibc's fork takes
+ * it again), and reset in the child (by glibc's fork too when there are
+ * threads). Weak: absent outside glibc. */
+extern void _IO_list_lock(void) __attribute__((weak));
+extern void _IO_list_unlock(void) __attribute__((weak));
+extern void _IO_list_resetlock(void) __attribute__((weak));
+/* glibc 2.32+: true while the process has never had a second thread */
+extern char __libc_single_threaded __attribute__((weak));
+
+_Bool qm__fork_dry, qm__fork_held;
+/* This fork interrupted a call of the forking thread into qmalloc (a
+ * signal handler forked); the handlers leave everything as it is. */
+static bool fork_nested;
+
+/* Every lock, in the order written above (or tried only, in a dry run). */
+static void fork_lock_all(void) {
   qm__guarded_fork_prepare();
   qm__large_fork_prepare();
   qm__primary_lock_all();
   qm__zero_fork_prepare();
-  qm_lock(&qm__meta_lock);
+  qm_fork_lock(&qm__meta_lock);
   qm__cache_fork_prepare();
-  qm__state_fork_prepare();
+  qm__state_fork_prepare(qm__cache_ids());
+}
+
+/* With one thread, nobody but this thread can hold a lock or be inside
+ * qmalloc: if it is (a handler that interrupted malloc forks), taking the
+ * locks would wait for itself. glibc's malloc takes no lock then either.
+ * The interrupted call finishes in the parent and in the child, each with
+ * the state it left; the child only draws from fresh random streams. With
+ * more threads the locks are taken as always: a fork from a handler that
+ * interrupted qmalloc there is beyond what fork promises (POSIX.1-2008 TC2
+ * made fork not async-signal-safe; _Fork is). */
+static bool fork_interrupts_self(void) {
+  if (!&__libc_single_threaded || !__libc_single_threaded)
+    return false;
+  if (qm__freeing || qm__unwind_busy())
+    return true;
+  qm__fork_held = 0;
+  qm__fork_dry = 1;
+  fork_lock_all();
+  qm__fork_dry = 0;
+  return qm__fork_held;
+}
+
+static void fork_prepare(void) {
+  if (_IO_list_lock)
+    _IO_list_lock();
+  fork_nested = fork_interrupts_self();
+  if (fork_nested)
+    return;
+  qm__unwind_fork_prepare(); /* first: a thread waiting at its gate holds no lock */
+  /* the child's cache must hold no chunk whose canary is unchecked */
+  qm__small_pend_flush();
+  fork_lock_all();
 }
 
 static void fork_parent(void) {
-  qm__state_fork_parent();
-  qm__cache_fork_parent();
-  qm_unlock(&qm__meta_lock);
-  qm__zero_fork_parent();
-  qm__primary_unlock_all();
-  qm__large_fork_parent();
-  qm__guarded_fork_parent();
-  qm__unwind_fork_parent();
+  if (!fork_nested) {
+    qm__state_fork_parent();
+    qm__cache_fork_parent();
+    qm_unlock(&qm__meta_lock);
+    qm__zero_fork_parent();
+    qm__primary_unlock_all();
+    qm__large_fork_parent();
+    qm__guarded_fork_parent();
+    qm__unwind_fork_parent();
+  }
+  if (_IO_list_unlock)
+    _IO_list_unlock();
 }
 
 /* The class locks fresh before the cache's handler: the parent's other
  * threads' ids are closed, and what was sent to them goes to the central
  * lists. Then the central chunks take fresh generations: those too. */
 static void fork_child(void) {
+  if (_IO_list_resetlock)
+    _IO_list_resetlock();
   qm__random_fork_child(); /* before anything in the child draws */
+  if (fork_nested) {
+    qm__unwind_fork_child_nested();
+    return;
+  }
   qm_lock_reinit(&qm__meta_lock);
   qm__zero_fork_child();
   qm__primary_fork_locks();

@@ -14,6 +14,23 @@ typedef pthread_mutex_t qm_lock_t;
 
 static inline void qm_lock(qm_lock_t *l) { pthread_mutex_lock(l); }
 static inline void qm_unlock(qm_lock_t *l) { pthread_mutex_unlock(l); }
+/* Fork's prepare handler takes every lock through qm_fork_lock. In a
+ * process with one thread it first makes a dry run (qm__fork_dry set): each
+ * lock is tried and let go, and one found held (qm__fork_held set) can only
+ * be held by a call of this very thread that a signal handler interrupted
+ * to fork. Taking it would wait forever; the handlers then take nothing and
+ * leave the state as it is, for the interrupted call to finish in parent
+ * and child alike (init.c). Both are written only by the forking thread
+ * while no other can take a lock. */
+extern __attribute__((visibility("hidden"))) _Bool qm__fork_dry, qm__fork_held;
+static inline void qm_fork_lock(qm_lock_t *l) {
+  if (!qm__fork_dry)
+    pthread_mutex_lock(l);
+  else if (pthread_mutex_trylock(l))
+    qm__fork_held = 1;
+  else
+    pthread_mutex_unlock(l);
+}
 /* In a fork child: the lock may have been held by a thread that no longer
  * exists; start it afresh. */
 static inline void qm_lock_reinit(qm_lock_t *l) {

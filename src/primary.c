@@ -793,7 +793,7 @@ void qm__primary_stats(qm_primary_stats_t *s) {
 
 void qm__primary_lock_all(void) {
   for (unsigned c = 0; c < QM_NCLASS; c++)
-    qm_lock(&central[c].lock);
+    qm_fork_lock(&central[c].lock);
 }
 void qm__primary_unlock_all(void) {
   for (unsigned c = QM_NCLASS; c--;)

@@ -405,7 +405,7 @@ QM_EXPORT const char *qm_strategy_name(int s) {
   }
 }
 
-void qm__probe_fork_prepare(void) { qm_lock(&probe_lock); }
+void qm__probe_fork_prepare(void) { qm_fork_lock(&probe_lock); }
 void qm__probe_fork_parent(void) { qm_unlock(&probe_lock); }
 void qm__probe_fork_child(void) { qm_lock_reinit(&probe_lock); }
 

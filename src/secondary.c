@@ -1426,9 +1426,9 @@ size_t qm__large_object_size(uintptr_t a) {
  * lock (taken inside it by ensure_ready), its own lock, then the belt's
  * (taken inside it). */
 void qm__large_fork_prepare(void) {
-  qm_lock(&L.init_lock);
+  qm_fork_lock(&L.init_lock);
   qm__probe_fork_prepare();
-  qm_lock(&S.lock);
+  qm_fork_lock(&S.lock);
   qm__belt_fork_prepare();
 }
 void qm__large_fork_parent(void) {

@@ -1048,21 +1048,33 @@ void qm__small_pend_regen(void) {
 }
 
 /* (no steering state: small chunks are not in use) */
-void qm__state_fork_prepare(void) {
-  if (qm__smeta)
-    qm_lock(&msg_lock);
+qm_lock_t *qm__state_owner_lock(unsigned id) { return &owners[id].lock; }
+
+static unsigned fork_ids; /* the owner locks fork holds: 1..fork_ids-1 */
+void qm__state_fork_prepare(unsigned ids) {
+  if (!qm__smeta)
+    return;
+  qm_fork_lock(&msg_lock);
+  fork_ids = ids < QM_MAX_OWNERS ? ids : QM_MAX_OWNERS;
+  for (unsigned id = 1; id < fork_ids; id++)
+    qm_fork_lock(&owners[id].lock);
 }
 void qm__state_fork_parent(void) {
-  if (qm__smeta)
-    qm_unlock(&msg_lock);
+  if (!qm__smeta)
+    return;
+  for (unsigned id = fork_ids; id-- > 1;)
+    qm_unlock(&owners[id].lock);
+  qm_unlock(&msg_lock);
 }
+/* Every id's lock afresh, not only this thread's and the registered
+ * ones': a closed id's lock held across fork stayed held in the child,
+ * whose first free sent to that id then waited for it forever. */
 void qm__state_fork_child(void) {
   if (!qm__smeta)
     return;
   qm_lock_reinit(&msg_lock);
-  unsigned me = my_id();
-  if (me)
-    qm_lock_reinit(&owners[me].lock);
+  for (unsigned id = 1; id < fork_ids; id++)
+    qm_lock_reinit(&owners[id].lock);
 }
 
 /* ---- free past the fast path ---- */

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "entry.h"
+#include "lock.h"
 #include "primary.h"
 #include "qm.h"
 #include "report.h"
@@ -209,7 +210,13 @@ void qm__small_pend_regen(void);
 /* Maps the steering state (inboxes, spare batches), in init before the
  * seal; -1 without memory, when small chunks are not used. */
 int qm__state_init(void);
-void qm__state_fork_prepare(void);
+/* Fork's part: msg_lock, then the locks of owner ids 1..ids-1 (every id
+ * given out so far: a sender may hold an exited thread's while it applies
+ * frees to it, and the child sends to that id again). An id's lock is
+ * taken under no other lock and takes none. */
+void qm__state_fork_prepare(unsigned ids);
+/* Owner id's lock (for the tests' hooks). */
+qm_lock_t *qm__state_owner_lock(unsigned id);
 void qm__state_fork_parent(void);
 void qm__state_fork_child(void);
 

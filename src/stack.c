@@ -187,10 +187,15 @@ uint32_t qm__thread_id(void) {
   return me.tid;
 }
 
+bool qm__unwind_busy(void) { return atomic_load_explicit(&unwinders, memory_order_relaxed) != 0; }
+/* a child whose fork interrupted this thread's own call: the gate was left
+ * as it stood (that call leaves it); only the cached thread id is stale */
+void qm__unwind_fork_child_nested(void) { __atomic_fetch_add(&fork_gen, 1, __ATOMIC_RELAXED); }
+
 /* the forking thread's cached id is its parent's; other threads are gone,
  * and none of them was inside the unwinder (qm__unwind_fork_prepare) */
 void qm__unwind_fork_child(void) {
-  __atomic_fetch_add(&fork_gen, 1, __ATOMIC_RELAXED);
+  qm__unwind_fork_child_nested();
   atomic_store_explicit(&unwinders, 0, memory_order_relaxed);
   atomic_store_explicit(&forking, false, memory_order_release);
 }

@@ -38,6 +38,10 @@ unsigned qm__stack_capture_unlocked(uintptr_t *pcs, unsigned max);
 void qm__unwind_fork_prepare(void);
 void qm__unwind_fork_parent(void);
 void qm__unwind_fork_child(void);
+/* A thread is inside the unwinder (with one thread: the caller itself). */
+bool qm__unwind_busy(void);
+/* In the child of a fork that interrupted this thread inside qmalloc. */
+void qm__unwind_fork_child_nested(void);
 
 /* Appends "#n 0xPC (module+0xOFF) symbol+0xN" for one frame: the module by
  * _dl_find_object (lock-free, async-signal-safe; glibc 2.35) or else

@@ -211,6 +211,6 @@ bool qm__zero_describe(uintptr_t a, qm_place_t *pl) {
   return true;
 }
 
-void qm__zero_fork_prepare(void) { qm_lock(&lock); }
+void qm__zero_fork_prepare(void) { qm_fork_lock(&lock); }
 void qm__zero_fork_parent(void) { qm_unlock(&lock); }
 void qm__zero_fork_child(void) { qm_lock_reinit(&lock); }

@@ -194,6 +194,12 @@ uintptr_t qmt_steering_state(unsigned which, uintptr_t *pointer_at) {
     return (uintptr_t)qm__committed;
   }
 }
+void qmt_owner_lock(unsigned id, int take) {
+  if (take)
+    qm_lock(qm__state_owner_lock(id));
+  else
+    qm_unlock(qm__state_owner_lock(id));
+}
 unsigned qmt_owner_id(void) {
   return qm__me == QM_E_NOBODY ? 0 : (unsigned)(qm__me >> QM_E_OWNER_SHIFT) & 0xffff;
 }

@@ -61,6 +61,9 @@ unsigned qmt_bin_count(unsigned c);
 int qmt_cache_checked(void);
 /* The calling thread's owner id (0 while it has no cache). */
 unsigned qmt_owner_id(void);
+/* Takes (take != 0) or lets go owner id's lock, as a thread applying frees
+ * to that id while it is closed holds it. */
+void qmt_owner_lock(unsigned id, int take);
 /* Guard pages made inside class regions, refused, and whether markers. */
 void qmt_guards(size_t *made, size_t *missed, int *markers);
 /* The first byte of class c's region that is not committed (PROT_NONE). */

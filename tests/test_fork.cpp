@@ -292,4 +292,43 @@ TEST(Fork, ChunksFreedInFlightTakeFreshGenerations) {
                      << " chunks freed in flight have one generation in two children";
 }
 
+// A sender applying frees to an exited thread's id holds that id's lock
+// (here a thread holds it through the hook, for 100 ms). fork waits for it
+// instead of copying it held: the child's free of one of that thread's
+// chunks takes the lock, and before it waited there forever.
+TEST(Fork, ChildFreesToAClosedIdWhileASenderHeldItsLock) {
+  void *p[2] = {nullptr, nullptr};
+  unsigned id = 0;
+  std::thread owner([&] {
+    p[0] = qm_malloc(40);
+    p[1] = qm_malloc(40);
+    id = qmt_owner_id();
+  }); // exits: its id closes
+  owner.join();
+  ASSERT_NE(id, 0u);
+  std::atomic<bool> held{false};
+  std::thread sender([&] {
+    qmt_owner_lock(id, 1);
+    held = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    qmt_owner_lock(id, 0);
+  });
+  while (!held)
+    std::this_thread::yield();
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(10); // a lock inherited held: killed
+    qm_free(p[0]);
+    qmt_flush_thread_cache(); // the batch sent: applied under id's lock
+    _exit(0);
+  }
+  sender.join();
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "child status " << st;
+  qm_free(p[0]);
+  qm_free(p[1]);
+}
+
 } // namespace
