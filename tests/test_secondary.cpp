@@ -1511,6 +1511,50 @@ TEST_F(SmallBelt, WindowCheckSeesAShallowWindow) {
       << r.min_carved / MiB << " MiB carved";
 }
 
+// One thread, where the odometer read before each call is the belt's clock
+// at the call: a range freed 1.5 GiB of carving after it was carved meets
+// the head again half a lap (0.5 GiB) after its free, before its window has
+// passed; the head skips its segment then, and the range comes back only a
+// lap later. A window read from the carve, not the free, or not read at
+// all, would hand it out at the first pass.
+TEST_F(SmallBelt, ARangeFreedLateWaitsOutItsWindow) {
+  if (!belt_on())
+    GTEST_SKIP() << "no belt under this strategy";
+  const qm_stats_t s = stats();
+  ASSERT_EQ(s.belt_window_bytes, 1024 * MiB) << "runs in the window_gb=1 process";
+  ASSERT_EQ(s.belt_reserved_bytes, 2048 * MiB);
+  char *x = static_cast<char *>(qm_malloc(MiB));
+  ASSERT_NE(x, nullptr);
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(x), hi = lo + MiB;
+  char *p = static_cast<char *>(qm_malloc(MiB));
+  const uint64_t carved_x = qmt_belt_odometer();
+  for (int i = 0; i < 10000 && qmt_belt_odometer() - carved_x < 1536 * MiB; i++) {
+    qm_free(p); // each reuse moves the pages to a range carved afresh
+    p = static_cast<char *>(qm_malloc(MiB));
+    p[0] = 1;
+  }
+  const uint64_t freed_at = qmt_belt_odometer();
+  ASSERT_GE(freed_at - carved_x, 1536 * MiB);
+  qm_free(x);
+  const uint64_t frees_at = stats().large_frees; // the frees after x's
+  uint64_t carved = 0, frees = 0;
+  bool back = false;
+  for (int i = 0; i < 10000 && !back; i++) {
+    qm_free(p);
+    carved = qmt_belt_odometer() - freed_at;
+    frees = stats().large_frees - frees_at;
+    p = static_cast<char *>(qm_malloc(MiB));
+    uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    back = a < hi && a + MiB > lo;
+  }
+  qm_free(p);
+  ASSERT_TRUE(back) << "the range never came back";
+  EXPECT_GE(carved, s.belt_window_bytes) << carved / MiB << " MiB carved since its free";
+  EXPECT_GE(frees, 16u);
+  // not at the first pass, half a lap after the free, but a lap later
+  EXPECT_GT(carved, 1536 * MiB) << carved / MiB << " MiB carved since its free";
+}
+
 // Its own process (unit-belt-steady, the default window_gb; again in
 // unit-belt-steady-no-populate, as on 5.10, where MADV_POPULATE_WRITE is
 // absent): the ring of dead records starts empty there. A reuse on the belt takes a new record
