@@ -1487,10 +1487,11 @@ TEST_F(Large, BeltKeepsEveryRangePast1024FreesAnd4GiB) {
 // the bytes it carved, with the page classes' capacities, realloc's room to
 // grow (a class of twice the request), huge-page alignment and guard pages.
 // This churn carves 2.3-2.5 bytes for each byte it frees, so a window kept
-// to the byte may pass in 410-450 MiB of later frees: a bound on those (512
-// MiB) failed 3 runs in 20, and up to 6 in 10 under load, when ranges came
-// back 1.0-1.2 GiB of carving after their free (1.45-1.75 GiB in most runs:
-// how much of the belt a lap skips varies).
+// to the byte may pass in 410-450 MiB of later frees. A bound on those (512
+// MiB) failed 3 runs in 20, up to 6 in 10 under load, at 429-510 MiB: 1.0-1.25
+// GiB of carving at that rate, past the window. Most runs see the first
+// range back 1.45-1.75 GiB of carving after its free; how soon varies with
+// the threads' timing.
 class SmallBelt : public Large {};
 TEST_F(SmallBelt, WindowCheckSeesAShallowWindow) {
   if (!belt_on())
