@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "age.h"
+#include "belt.h"
 #include "cache.h"
 #include "guarded.h"
 #include "large_record.h"
@@ -272,6 +273,8 @@ void qmt_mappings_in_belt(long *belt, long *mirror) {
   }
   fclose(f);
 }
+
+uint64_t qmt_belt_odometer(void) { return qm__belt_odometer(); }
 
 int qmt_large_rw(const void *p, uintptr_t *lo, uintptr_t *hi, unsigned *bound) {
   uint32_t i = qm__rec_find((uintptr_t)p);

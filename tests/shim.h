@@ -149,6 +149,9 @@ long qmt_mappings(void);
 /* Lines of /proc/self/maps in the belt's reservation and in its mirror
  * (0 without them). */
 void qmt_mappings_in_belt(long *belt, long *mirror);
+/* Bytes the belt has carved so far, guards and alignment included: the
+ * clock its window is read on (0 without a belt). */
+uint64_t qmt_belt_odometer(void);
 /* Protection of the mapping holding p as /proc/self/maps prints it
  * ("rw-p", "---p"); "" when unmapped. */
 void qmt_prot_of(const void *p, char out[5]);
