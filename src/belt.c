@@ -107,21 +107,31 @@ static size_t reservation_bytes(bool mirror) {
 static uintptr_t reserve_aligned(size_t len) { return qm_os_span(len, SEG); }
 
 /* Claims segment s, and its place in the mirror, PROT_NONE (under BT.lock:
- * once a segment, so rare). False where the address space is refused. */
-static bool claim(size_t s) {
-  belt_seg_t *g = seg_at(s);
-  if (g->claimed)
-    return true;
-  void *b = (void *)(LF.belt_base + (s << SEG_SHIFT));
-  if (qm_os_claim(b, SEG, QM_PROT_NONE))
+ * once a segment, so rare), with the unclaimed ones after it up to as many
+ * as are held already (at most 64, 1 GiB), so that the claims are few: one
+ * per 16 MiB carved was an mmap for every 8 ops of large churn. Alone
+ * where more is refused. False where the address space is refused. */
+static size_t nclaimed;
+static bool claim_run(size_t s, size_t n) {
+  size_t off = s << SEG_SHIFT, len = n << SEG_SHIFT;
+  if (qm_os_claim((void *)(LF.belt_base + off), len, QM_PROT_NONE))
     return false;
-  if (LF.belt_mirror &&
-      qm_os_claim((void *)(LF.belt_mirror + (s << SEG_SHIFT)), SEG, QM_PROT_NONE)) {
-    qm_os_unmap(b, SEG);
+  if (LF.belt_mirror && qm_os_claim((void *)(LF.belt_mirror + off), len, QM_PROT_NONE)) {
+    qm_os_unmap((void *)(LF.belt_base + off), len);
     return false;
   }
-  g->claimed = 1;
+  for (size_t k = s; k < s + n; k++)
+    seg_at(k)->claimed = 1;
+  nclaimed += n;
   return true;
+}
+static bool claim(size_t s) {
+  if (seg_at(s)->claimed)
+    return true;
+  size_t n = 1, most = nclaimed < 64 ? (nclaimed ? nclaimed : 1) : 64;
+  while (n < most && s + n < LF.belt_nseg && !seg_at(s + n)->claimed)
+    n++;
+  return claim_run(s, n) || (n > 1 && claim_run(s, 1));
 }
 
 void qm__belt_init(bool mirror) {

@@ -133,31 +133,42 @@ int qm_os_reserve(size_t len, void **out) {
  * layout unless the address space is nearly full or a program asks for an
  * address there: then a claim meets it and fails (EEXIST), and the caller
  * degrades as on any ENOMEM. top: the power of two above the stack. */
-static _Atomic uintptr_t lay_next, lay_end;
+static _Atomic uintptr_t lay_next;
+static _Atomic uint64_t lay_rng; /* a wyrand state, stepped atomically */
 
-static bool layout_init(void) {
+/* [lo, hi) for this address space: the same in every thread (all stacks
+ * lie below the same power of two), so nothing but lay_next is shared. */
+static void layout_bounds(uintptr_t *lo, uintptr_t *hi) {
   int here;
   uintptr_t top = (uintptr_t)1 << (64 - __builtin_clzll((uintptr_t)&here));
-  uintptr_t lo = top / 128, hi = top / 4, room = (hi - lo) / 3;
-  uintptr_t base = lo + qm_align_down(qm_random_u64() % room, qm__page);
-  uintptr_t zero = 0;
-  if (atomic_compare_exchange_strong(&lay_next, &zero, base))
-    atomic_store(&lay_end, hi);
-  return true;
+  *lo = top / 128;
+  *hi = top / 4;
+}
+
+/* A draw from the layout's stream: one getrandom for the seed, then a
+ * wyrand step per span, lock-free (spans are taken under different locks). */
+static uint64_t layout_rand(void) {
+  uint64_t x = atomic_fetch_add(&lay_rng, 0xa0761d6478bd642full) + 0xa0761d6478bd642full;
+  unsigned __int128 t = (unsigned __int128)x * (x ^ 0xe7037ed1a0b428dbull);
+  return (uint64_t)(t >> 64) ^ (uint64_t)t;
 }
 
 uintptr_t qm_os_span(size_t len, size_t align) {
   if (align < qm__page)
     align = qm__page;
+  uintptr_t lo, end;
+  layout_bounds(&lo, &end);
   uintptr_t cur = atomic_load(&lay_next);
-  if (!cur && layout_init())
-    cur = atomic_load(&lay_next);
-  uintptr_t end;
-  while (!(end = atomic_load(&lay_end)))
-    ; /* the initialising thread stores it next */
+  if (!cur) {
+    uint64_t seed = qm_random_u64(), zero = 0;
+    atomic_compare_exchange_strong(&lay_rng, &zero, seed);
+    uintptr_t base = lo + qm_align_down(seed % ((end - lo) / 3), qm__page);
+    if (atomic_compare_exchange_strong(&lay_next, &cur, base))
+      cur = base;
+  }
   /* 1 to 4096 pages (16 MiB) of gap: a span's address says little of the
    * next one's */
-  size_t gap = (1 + qm_random_u64() % 4096) << qm__page_shift;
+  size_t gap = (1 + layout_rand() % 4096) << qm__page_shift;
   for (;;) {
     uintptr_t start = qm_align_up(cur + gap, align);
     if (start < cur || start > end || len > end - start)
