@@ -1,6 +1,7 @@
-/* belt.c: the belt, large chunks' address space: one PROT_NONE MAP_NORESERVE
- * reservation of twice the window, cut into segments of SEG bytes, carved
- * in address order by a head that wraps round. Invariants: the head enters
+/* belt.c: the belt, large chunks' address space: a span of the layout (os.h)
+ * of twice the window, cut into segments of SEG bytes, each claimed
+ * PROT_NONE MAP_NORESERVE when the head first enters it and held from then
+ * on, carved in address order by a head that wraps round. Invariants: the head enters
  * a segment only if no chunk's range in it is alive (users == 0), nothing in
  * it waits to be mapped afresh (unclean == 0, busy == 0), and its last
  * chunk was freed at least a window ago (window bytes carved and
@@ -43,6 +44,7 @@ typedef struct belt_seg {
   uint64_t free_seq;    /* large frees then */
   _Atomic uint8_t ever; /* it held a chunk (reports) */
   uint8_t whole;        /* queued for a mapping afresh of all of it */
+  uint8_t claimed;      /* its address space is held (and the mirror's) */
 } belt_seg_t;
 
 typedef struct pend {
@@ -98,20 +100,38 @@ static size_t reservation_bytes(bool mirror) {
   return want & ~(SEG - 1);
 }
 
-/* len bytes of PROT_NONE reservation at a segment-aligned address, so
- * that a segment mapped afresh frees whole page tables (and a huge page's
- * place in the mirror is as aligned as in the belt); 0 if refused. */
-static uintptr_t reserve_aligned(size_t len) {
-  void *res;
-  if (qm_os_reserve(len + SEG, &res))
-    return 0;
-  /* the slack goes back at once */
-  uintptr_t b = qm_align_up((uintptr_t)res, SEG);
-  if (b > (uintptr_t)res)
-    qm_os_unmap(res, b - (uintptr_t)res);
-  if ((uintptr_t)res + SEG > b)
-    qm_os_unmap((void *)(b + len), (uintptr_t)res + SEG - b);
-  return b;
+/* len bytes of the layout (os.h) at a segment-aligned address, so that a
+ * segment mapped afresh frees whole page tables (and a huge page's place in
+ * the mirror is as aligned as in the belt); 0 if it has no room. Nothing
+ * is mapped: the head claims each segment as it first enters it. */
+static uintptr_t reserve_aligned(size_t len) { return qm_os_span(len, SEG); }
+
+/* Claims segment s, and its place in the mirror, PROT_NONE (under BT.lock:
+ * once a segment, so rare), with the unclaimed ones after it up to as many
+ * as are held already (at most 64, 1 GiB), so that the claims are few: one
+ * per 16 MiB carved was an mmap for every 8 ops of large churn. Alone
+ * where more is refused. False where the address space is refused. */
+static size_t nclaimed;
+static bool claim_run(size_t s, size_t n) {
+  size_t off = s << SEG_SHIFT, len = n << SEG_SHIFT;
+  if (qm_os_claim((void *)(LF.belt_base + off), len, QM_PROT_NONE))
+    return false;
+  if (LF.belt_mirror && qm_os_claim((void *)(LF.belt_mirror + off), len, QM_PROT_NONE)) {
+    qm_os_unmap((void *)(LF.belt_base + off), len);
+    return false;
+  }
+  for (size_t k = s; k < s + n; k++)
+    seg_at(k)->claimed = 1;
+  nclaimed += n;
+  return true;
+}
+static bool claim(size_t s) {
+  if (seg_at(s)->claimed)
+    return true;
+  size_t n = 1, most = nclaimed < 64 ? (nclaimed ? nclaimed : 1) : 64;
+  while (n < most && s + n < LF.belt_nseg && !seg_at(s + n)->claimed)
+    n++;
+  return claim_run(s, n) || (n > 1 && claim_run(s, 1));
 }
 
 void qm__belt_init(bool mirror) {
@@ -124,8 +144,6 @@ void qm__belt_init(bool mirror) {
     if (qm_os_map_guarded(qm_page_up(nseg * sizeof(belt_seg_t)), QM_PROT_RW, &segs))
       return;
     uintptr_t b = reserve_aligned(len), m = b && mirror ? reserve_aligned(len) : 0;
-    if (b && mirror && !m)
-      qm_os_unmap((void *)b, len);
     if (b && (m || !mirror)) {
       LF.belt_base = b;
       LF.belt_mirror = m;
@@ -223,6 +241,13 @@ bool qm__belt_carve(size_t usable_len, size_t align, uint64_t frees, qm_range_t 
     for (; s <= last; s++)
       if (!enterable(s, frees))
         break;
+    /* the address space of the segments it enters, held from now on;
+     * where a limit refuses it (RLIMIT_AS lowered), no chunk from the belt */
+    for (size_t k = first; s > last && k <= last; k++)
+      if (!claim(k)) {
+        qm_unlock(&BT.lock);
+        return false;
+      }
     if (s <= last) { /* skip past the segment it may not enter */
       leave_head();
       BT.head = (s + 1) << SEG_SHIFT;
@@ -245,6 +270,11 @@ bool qm__belt_carve(size_t usable_len, size_t align, uint64_t frees, qm_range_t 
     *evict_hi = lo <= last ? LF.belt_base + ((last + 1) << SEG_SHIFT) : *evict_lo;
     BT.headseg = last;
     BT.head = end - LF.belt_base;
+    /* near its segment's end, the head claims the next one ahead: what
+     * lies right after the last chunk is then the belt's, whatever the
+     * process maps meanwhile (a failure here is met again at entry) */
+    if (SEG - (BT.head & (SEG - 1)) <= SEG / 4 && last + 1 < LF.belt_nseg)
+      claim(last + 1);
     atomic_store_explicit(&BT.odo, BT.odo + (end - start), memory_order_relaxed);
     qm_unlock(&BT.lock);
     *out = (qm_range_t){.base = start, .usable = usable, .span = end - start};

@@ -43,6 +43,9 @@ typedef struct gclass {
   uint32_t fresh; /* the first slot never used */
   qm_age_t q;     /* the quarantine: slot numbers in FX(c).ring, nslots positions */
   uint32_t dcur;  /* entries from the oldest known to hold no pages */
+  /* its region's address space (a span of the layout, os.h), claimed
+   * PROT_NONE as fresh slots reach it */
+  qm_os_grow_t space;
 } gclass_t;
 
 static __thread bool armed __attribute__((tls_model("initial-exec")));
@@ -113,14 +116,15 @@ static bool setup(void) {
   while (ncls < NGC && ((size_t)1 << (ncls - 1)) * pg < limit)
     ncls++;
   /* guard_all: room for millions of live 1-page slots; sampling: a few
-   * thousand. Address space only: nothing is committed until used. */
+   * thousand. A span of the layout: each class's region is claimed as its
+   * fresh slots reach it. */
   unsigned shift = qm__opt.guard_all ? 33 : 25;
-  void *p = NULL;
-  for (; shift >= 22; shift--)
-    if (!qm_os_map((size_t)ncls << shift, 0, QM_PROT_NONE, &p))
-      break;
-  if (shift < 22)
+  uintptr_t p = 0;
+  for (; shift >= 22 && !p; shift--)
+    p = qm_os_span((size_t)ncls << shift, 0);
+  if (!p)
     return false;
+  shift++;
   size_t reg = (size_t)1 << shift, meta = 0;
   for (unsigned k = 0; k < ncls; k++) {
     gclass_t *c = &G.cls[k];
@@ -128,14 +132,13 @@ static bool setup(void) {
     FX(c).pages = (size_t)1 << k;
     FX(c).stride = (FX(c).pages + 1) * pg;
     FX(c).nslots = (uint32_t)((reg - pg) / FX(c).stride);
+    c->space = (qm_os_grow_t){.base = FX(c).base, .len = reg, .top = FX(c).base};
     meta += FX(c).nslots * (sizeof(gslot_t) + sizeof(uint32_t));
   }
   void *m;
   /* RW, but only the records of slots in use are ever touched */
-  if (qm_os_map_guarded(qm_page_up(meta), QM_PROT_RW, &m)) {
-    qm_os_unmap(p, (size_t)ncls << shift);
+  if (qm_os_grow(&G.cls[0].space, pg) || qm_os_map_guarded(qm_page_up(meta), QM_PROT_RW, &m))
     return false;
-  }
   char *q = m;
   for (unsigned k = 0; k < ncls; k++) {
     gclass_t *c = &G.cls[k];
@@ -170,7 +173,7 @@ static bool setup(void) {
       qm__opt.guard_all ? qm__opt.guard_quarantine_mb << 20 : qm__opt.guard_quarantine_mb << 16;
   G.qbudget = qb >> qm__page_shift;
   /* base first: a reader that sees the span sees the base too */
-  __atomic_store_n(&GF.base, (uintptr_t)p, __ATOMIC_RELAXED);
+  __atomic_store_n(&GF.base, p, __ATOMIC_RELAXED);
   __atomic_store_n(&GF.span, (size_t)ncls << shift, __ATOMIC_RELEASE);
   qm__late_seal(qm__gfix);
   return true;
@@ -267,6 +270,9 @@ void *qm__guarded_alloc(size_t n, size_t align) {
    * none: fresh ones while the quarantine is within its budget, so freed
    * slots age as long as the budget allows */
   bool can_fresh = c->fresh < FX(c).nslots && (GF.markers || G.maps + 2 <= GF.map_budget);
+  /* and while the address space for it can be had */
+  if (can_fresh && qm_os_grow(&c->space, pg + (size_t)(c->fresh + 1) * FX(c).stride))
+    can_fresh = false;
   /* and while the mapping budget lets the next free split a VMA: past it a
    * free would retire with markers, a page zap (a TLB flush, expensive on
    * a VM) now and a zero-fill fault at reuse; the oldest slot costs one

@@ -1,7 +1,8 @@
 /* large_record.c: the records of large chunks and all that is kept of
- * them: the record table (reserved once and committed as it grows, so a
- * record never moves and the SIGSEGV handler reads it without the lock;
- * the quarantine's FIFO ring is reserved after it, the quarantine's),
+ * them: the record table (a span of the layout, os.h, claimed and committed
+ * as it grows, so a record never moves and the SIGSEGV handler reads it
+ * without the lock; the quarantine's FIFO ring is made with it, the
+ * quarantine's),
  * the user pointer -> record hash, the address index, the stack table
  * beside the records, the ring of dead records, the count of mappings and
  * address space the records hold, and the clock of large frees they are
@@ -44,6 +45,7 @@ static struct {
   /* the peak of c.maps, and the address space the chunks hold (guards
    * included) */
   size_t maps_peak, mapped_bytes;
+  qm_os_grow_t space; /* the record table's address space */
 } R = {.free_rec = NIL};
 
 const rec_counts_t *const qm__rec_counts = &R.c;
@@ -52,37 +54,36 @@ _Static_assert(DEAD_MAX <= UINT16_MAX + 1, "a dead record's place in the ring fi
 
 /* ---- the record table and the address -> record hash (under S.lock) ---- */
 
-/* Reserves the record table: as large as the address space allows, down to
- * 2048 records under a tight RLIMIT_AS. Retried on later allocations if it
- * failed at start-up, so one ENOMEM does not disable large chunks for good.
- * After the records, the quarantine's FIFO ring (LF.qring): an entry per
- * record, since it holds records, so it never needs more and can never
- * fail to grow where the table did not; RW at once (address space until
- * the quarantine reaches its pages). */
+/* Takes the record table's span, between guard pages (records hold chunk
+ * addresses: a committed prefix that reaches the end must not touch a
+ * neighbour), claimed as it is committed: as large as the address space
+ * left would hold, down to 2048 records under a tight RLIMIT_AS. And the
+ * quarantine's FIFO ring (LF.qring): an entry per record, since it holds
+ * records, so it never needs more and can never fail to grow where the
+ * table did not; RW at once (address space until the quarantine reaches
+ * its pages). Retried on later allocations if it failed, so one ENOMEM
+ * does not disable large chunks for good. */
 static size_t blk_bytes(size_t n) { return qm_page_up(n * sizeof(block_t)); }
 
 static size_t qring_bytes(size_t n) { return qm_page_up(n * sizeof(uint32_t)); }
 
 bool qm__blk_reserve(void) {
   for (size_t n = MAX_RECORDS; n >= 2048; n /= 8) {
-    void *p;
-    /* guarded: records hold chunk addresses, and a committed prefix that
-     * reaches the end must not touch a neighbour */
-    size_t len = blk_bytes(n) + qring_bytes(n);
-    if (qm_os_map_guarded(len, QM_PROT_NONE, &p) == 0) {
-      uint32_t *ring = (uint32_t *)((char *)p + blk_bytes(n));
-      if (qm_os_protect(ring, qring_bytes(n), QM_PROT_NONE, QM_PROT_RW)) {
-        qm_os_unmap_guarded(p, len);
-        continue;
-      }
-      LF.blk = p;
-      LF.blk_max = n;
-      LF.qring = ring;
-      /* the retry of a later request: the rest is set, seal it now */
-      if (atomic_load_explicit(&S.ready, memory_order_relaxed))
-        qm__late_seal(qm__lfix);
-      return true;
+    void *ring;
+    if ((n > 2048 && !qm_os_could_map(blk_bytes(n) + qring_bytes(n), 0, 0)) ||
+        qm_os_map_guarded(qring_bytes(n), QM_PROT_RW, &ring))
+      continue;
+    if (qm_os_grow_span(&R.space, blk_bytes(n), 0, true)) {
+      qm_os_unmap_guarded(ring, qring_bytes(n));
+      return false;
     }
+    LF.blk = (block_t *)R.space.base;
+    LF.blk_max = n;
+    LF.qring = ring;
+    /* the retry of a later request: the rest is set, seal it now */
+    if (atomic_load_explicit(&S.ready, memory_order_relaxed))
+      qm__late_seal(qm__lfix);
+    return true;
   }
   return false;
 }
@@ -151,17 +152,17 @@ uint64_t qm__note_free(uint32_t i, const trace_t *t) {
 }
 
 /* Opens the records up to want (at most the table's), in whole pages, and
- * their stack entries. Capped at the table's end: past it lie the FIFO's
- * ring, RW already, and the upper guard page, which a step of 546 records
- * would open (and the next mapping's first page) in a 2048-record table,
- * the one reserved where address space is tight. */
+ * their stack entries, claiming their address space first. Capped at the
+ * table's end: past it lies the upper guard page, which a step of 546
+ * records would open in a 2048-record table. */
 static bool blk_commit(size_t want) {
   if (want > LF.blk_max)
     want = LF.blk_max;
   if (want <= R.blk_committed)
     return true;
   size_t from = qm_page_up(R.blk_committed * sizeof(block_t)), to = blk_bytes(want);
-  if (qm_os_protect((char *)LF.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
+  if (qm_os_grow(&R.space, to) ||
+      qm_os_protect((char *)LF.blk + from, to - from, QM_PROT_NONE, QM_PROT_RW))
     return false;
   R.blk_committed = to / sizeof(block_t);
   if (R.blk_committed > LF.blk_max)
@@ -490,10 +491,8 @@ void qm__dead_evict(uintptr_t lo, uintptr_t hi) {
 }
 
 #ifdef QM_TEST_HOOKS
-/* The end of the table's mapping: its records, then the FIFO's ring. */
-static uintptr_t table_end(void) {
-  return (uintptr_t)LF.blk + blk_bytes(LF.blk_max) + qring_bytes(LF.blk_max);
-}
+/* The end of the table's span. */
+static uintptr_t table_end(void) { return (uintptr_t)LF.blk + blk_bytes(LF.blk_max); }
 
 size_t qm__large_table(uintptr_t *lo, uintptr_t *hi) {
   qm_lock(&S.lock);
@@ -517,6 +516,10 @@ size_t qm__large_metadata(uintptr_t (*out)[2], size_t cap) {
   if (LF.blk && n < cap) {
     out[n][0] = (uintptr_t)LF.blk;
     out[n++][1] = table_end();
+  }
+  if (LF.qring && n < cap) {
+    out[n][0] = (uintptr_t)LF.qring;
+    out[n++][1] = (uintptr_t)LF.qring + qring_bytes(LF.blk_max);
   }
   if (R.tab && n < cap) {
     out[n][0] = (uintptr_t)R.tab;

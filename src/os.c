@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "qm.h"
+#include "random.h"
 #include "report.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -121,6 +122,130 @@ int qm_os_reserve(size_t len, void **out) {
   }
   *out = p;
   return 0;
+}
+
+/* The layout lies in [top/128, top/4) of the address space (1 TiB to
+ * 32 TiB with x86-64's 47 bits), its base random in the first third of
+ * that. The kernel puts mappings of its own choosing top-down from below
+ * the stack (near top), or, in the legacy layout (ulimit -s unlimited,
+ * setarch -L), bottom-up from TASK_SIZE/3 (42.7 TiB); PIE programs and
+ * their brk lie at 2/3 of it, others at 4 MiB. So nothing lands in the
+ * layout unless the address space is nearly full or a program asks for an
+ * address there: then a claim meets it and fails (EEXIST), and the caller
+ * degrades as on any ENOMEM. top: the power of two above the stack. */
+static _Atomic uintptr_t lay_next;
+static _Atomic uint64_t lay_rng; /* a wyrand state, stepped atomically */
+
+/* [lo, hi) for this address space: the same in every thread (all stacks
+ * lie below the same power of two), so nothing but lay_next is shared. */
+static void layout_bounds(uintptr_t *lo, uintptr_t *hi) {
+  int here;
+  uintptr_t top = (uintptr_t)1 << (64 - __builtin_clzll((uintptr_t)&here));
+  *lo = top / 128;
+  *hi = top / 4;
+}
+
+/* A draw from the layout's stream: one getrandom for the seed, then a
+ * wyrand step per span, lock-free (spans are taken under different locks). */
+static uint64_t layout_rand(void) {
+  uint64_t x = atomic_fetch_add(&lay_rng, 0xa0761d6478bd642full) + 0xa0761d6478bd642full;
+  unsigned __int128 t = (unsigned __int128)x * (x ^ 0xe7037ed1a0b428dbull);
+  return (uint64_t)(t >> 64) ^ (uint64_t)t;
+}
+
+uintptr_t qm_os_span(size_t len, size_t align) {
+  if (align < qm__page)
+    align = qm__page;
+  uintptr_t lo, end;
+  layout_bounds(&lo, &end);
+  uintptr_t cur = atomic_load(&lay_next);
+  if (!cur) {
+    uint64_t seed = qm_random_u64(), zero = 0;
+    atomic_compare_exchange_strong(&lay_rng, &zero, seed);
+    uintptr_t base = lo + qm_align_down(seed % ((end - lo) / 3), qm__page);
+    if (atomic_compare_exchange_strong(&lay_next, &cur, base))
+      cur = base;
+  }
+  /* 1 to 4096 pages (16 MiB) of gap: a span's address says little of the
+   * next one's */
+  size_t gap = (1 + layout_rand() % 4096) << qm__page_shift;
+  for (;;) {
+    uintptr_t start = qm_align_up(cur + gap, align);
+    if (start < cur || start > end || len > end - start)
+      return 0;
+    if (atomic_compare_exchange_weak(&lay_next, &cur, start + len))
+      return start;
+  }
+}
+
+int qm_os_claim(void *p, size_t len, qm_prot_t prot) {
+  check_range(p, len);
+  COUNT(mmap);
+  int pr = prot == QM_PROT_RW ? PROT_READ | PROT_WRITE : PROT_NONE;
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
+  if (prot == QM_PROT_NONE)
+    flags |= MAP_NORESERVE;
+  int saved = errno;
+  void *r = mmap(p, len, pr, flags, -1, 0);
+  if (r == MAP_FAILED) {
+    if (errno == EEXIST) { /* someone else's mapping: never replaced */
+      errno = saved;
+      return ENOMEM;
+    }
+    /* EINVAL: past the address space the kernel gives the process */
+    int err = check("mmap(MAP_FIXED_NOREPLACE)", p, len, true, saved);
+    return err == EINVAL ? ENOMEM : err;
+  }
+  if (r != p) {
+    /* before 4.17 the flag is unknown, ignored: p was a hint and the kernel
+     * chose elsewhere, since something is at p */
+    qm_os_unmap(r, len);
+    return ENOMEM;
+  }
+  return 0;
+}
+
+int qm_os_grow_span(qm_os_grow_t *g, size_t len, size_t align, bool guards) {
+  size_t pg = guards ? qm__page : 0;
+  if (align < qm__page)
+    align = qm__page;
+  /* the guard below lies in the span's first aligned step, base after it */
+  uintptr_t s = qm_os_span(len + (guards ? align : 0) + pg, align);
+  if (!s)
+    return ENOMEM;
+  g->base = s + (guards ? align : 0);
+  g->top = g->base - pg;
+  g->len = len;
+  g->guards = guards;
+  return 0;
+}
+
+int qm_os_grow(qm_os_grow_t *g, size_t upto) {
+  size_t pg = g->guards ? qm__page : 0, held = qm_os_grown(g);
+  if (upto <= held)
+    return 0;
+  if (!g->base || upto > g->len)
+    return ENOMEM;
+  size_t want = held * 2 > upto ? held * 2 : upto;
+  if (want < ((size_t)1 << 20))
+    want = (size_t)1 << 20;
+  want = qm_page_up(want);
+  uintptr_t to = want >= g->len ? g->base + g->len + pg : g->base + want;
+  int err = qm_os_claim((void *)g->top, to - g->top, QM_PROT_NONE);
+  if (err && to - g->top > qm_page_up(upto - held) + pg) { /* at least what is asked */
+    to = g->base + qm_page_up(upto);
+    err = qm_os_claim((void *)g->top, to - g->top, QM_PROT_NONE);
+  }
+  if (!err)
+    g->top = to;
+  return err;
+}
+
+size_t qm_os_grown(const qm_os_grow_t *g) {
+  if (!g->base || g->top <= g->base)
+    return 0;
+  size_t n = g->top - g->base;
+  return n > g->len ? g->len : n;
 }
 
 int qm_os_map_fixed(void *p, size_t len, qm_prot_t prot) {

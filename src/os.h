@@ -37,6 +37,44 @@ int qm_os_unmap(void *p, size_t len);
  * around it into one mapping. */
 int qm_os_reserve(size_t len, void **out);
 int qm_os_reserve_fixed(void *p, size_t len);
+/* The layout: one stretch of address space at a random base well below
+ * where the kernel puts mappings of its own choosing (os.c), out of which
+ * every reservation that may grow large (class regions and their tables,
+ * the belt, large records, guarded slots, the zero-size region) takes a
+ * span at set-up, an address range only: nothing is mapped until it is
+ * claimed, in steps, as it is used. So the process holds address space in
+ * proportion to its use, and a limit lowered after start (RLIMIT_AS) meets
+ * the allocator's next step, an ENOMEM, never its start-up.
+ * qm_os_span: len bytes (a page multiple) at an address aligned to align
+ * (a power of two, at least the page size), at a random distance after the
+ * last span; 0 when the layout is exhausted. Lock-free. */
+uintptr_t qm_os_span(size_t len, size_t align);
+/* Maps [p, p+len) with prot only where nothing is mapped (MAP_FIXED_NOREPLACE,
+ * Linux 4.17): never over another mapping. 0, or ENOMEM where something is
+ * there already (EEXIST) or a limit refuses. A PROT_NONE claim is address
+ * space only (MAP_NORESERVE, as qm_os_reserve). */
+int qm_os_claim(void *p, size_t len, qm_prot_t prot);
+/* A span of the layout claimed PROT_NONE from its start as it grows, so
+ * that it is committed (qm_os_protect) inside what is claimed. With guards,
+ * a PROT_NONE page before base and one after base + len are claimed with
+ * the first and the last step, so nothing lands next to it. Changed under
+ * its owner's lock. */
+typedef struct qm_os_grow {
+  uintptr_t base; /* the first usable byte; 0: no span */
+  size_t len;     /* usable bytes it may grow to */
+  uintptr_t top;  /* claimed up to here (guard below included) */
+  bool guards;
+} qm_os_grow_t;
+/* Takes the span of len bytes (page multiple) from the layout, aligned to
+ * align; ENOMEM when the layout has no room. Nothing claimed yet. */
+int qm_os_grow_span(qm_os_grow_t *g, size_t len, size_t align, bool guards);
+/* [base, base + upto) claimed (upto <= len): by a step of at least a MiB
+ * and at least doubling what is held, so that the steps are few, clipped to
+ * what the span holds; 0 or ENOMEM (the span stays as it was). */
+int qm_os_grow(qm_os_grow_t *g, size_t upto);
+/* Bytes of the span claimed (its guard pages left out). */
+size_t qm_os_grown(const qm_os_grow_t *g);
+
 /* The same with protection prot: with QM_PROT_RW, a part of a reservation
  * opened as one mapping whatever lies under it. mprotect(RW) over a part
  * made of several mappings (pieces whose anon_vma differ, left by earlier

@@ -1,8 +1,9 @@
-/* primary.c: size classes, the one reservation that holds every class
- * region, the one that holds their state tables and per-class central free
- * sets: out of band, a bitmap over the class's chunk slots per group of
- * threads. Regions, their tables and bitmaps are committed (PROT_NONE -> RW)
- * as they are carved, and pages wholly covered by central free chunks go
+/* primary.c: size classes, the one span of the layout (os.h) that holds
+ * every class region, the spans of their state tables and per-class central
+ * free sets: out of band, a bitmap over the class's chunk slots per group of
+ * threads. Regions, their tables and bitmaps are claimed and committed
+ * (PROT_NONE -> RW) as they are carved, so only classes in use hold address
+ * space, and pages wholly covered by central free chunks go
  * back to the kernel at most once per release interval. A bit is set only
  * for a carved chunk that is in no cache and not in use, in one group's
  * bitmap. A class lock is taken under no other lock and takes none; no two
@@ -52,6 +53,9 @@ typedef struct central {
   size_t given_since_purge;
   uint64_t last_purge_ns;
   size_t purged_bytes, purges;
+  /* the address space of the region, its table and its bitmaps' levels,
+   * claimed as commit() reaches it */
+  qm_os_grow_t rgrow, tgrow, lgrow[LEVELS];
 } __attribute__((aligned(64))) central_t;
 
 /* The committed counts and the central lists steer every allocation: they
@@ -69,8 +73,9 @@ static central_t central_none[QM_NCLASS];
 #define central (qm__central ? qm__central : central_none)
 static _Atomic uint64_t pending; /* classes with a purge due (bit c) */
 
-/* Per-class region: 8 GiB (416 GiB of PROT_NONE address space in all, no
- * memory), halved while the kernel refuses, e.g. under a low RLIMIT_AS. */
+/* Per-class region: 8 GiB (424 GiB of the layout in all, os.h, claimed
+ * only as the classes grow), halved while the layout has no room for it
+ * (an address space of fewer than 47 bits). */
 #define RSHIFT_MAX 33
 #define RSHIFT_MIN 21
 /* Commit at least this much at a time: each commit is an mprotect. */
@@ -85,11 +90,10 @@ static size_t chunk_size_of(unsigned c) {
   return ((size_t)1 << l) + ((size_t)(k % 4 + 1) << (l - 2));
 }
 
-/* The state tables: one reservation, class c's table at tbase + toff[c],
- * each followed by at least a PROT_NONE page (the reservation's own, never
- * committed), entries committed as the region is (under the class lock). */
-static uintptr_t tbase;
-static size_t toff[QM_NCLASS + 1], tcommitted[QM_NCLASS];
+/* The state tables: each a span of the layout between PROT_NONE guard
+ * pages (qm_os_grow_span), entries committed as the region is (under the
+ * class lock). */
+static size_t tcommitted[QM_NCLASS];
 
 /* Bytes of class c's table for a region of 1 << shift bytes. */
 static size_t table_bytes(unsigned c, unsigned shift) {
@@ -111,14 +115,6 @@ static size_t lev_bytes(unsigned l, size_t slots) {
 }
 static size_t region_slots(unsigned c, unsigned shift) {
   return (((size_t)1 << shift) + chunk_size_of(c) - 1) / chunk_size_of(c);
-}
-/* Bytes of class c's bitmaps for a region of 1 << shift bytes, a PROT_NONE
- * page after each level's. */
-static size_t bits_bytes(unsigned c, unsigned shift) {
-  size_t n = 0;
-  for (unsigned l = 0; l < LEVELS; l++)
-    n += lev_bytes(l, region_slots(c, shift)) + qm__page;
-  return n;
 }
 
 #define region qm_region
@@ -164,55 +160,49 @@ int qm__primary_init(uint64_t secret) {
     qm__class[c].cache_max = (uint32_t)(slots < 2 ? 2 : slots > 128 ? 128 : slots);
   }
   QM_CHECK_OP(chunk_size_of(QM_NCLASS - 1), ==, QM_CHUNK_MAX);
-  /* the classes, the zero-size region, and a guard page below them all.
-   * Where the full span is refused (a low RLIMIT_AS), take half of the
-   * largest span that fits: the rest of the address space is what large
-   * chunks, their quarantine and thread stacks live in, and taking it all
-   * left large mallocs failing under 4 threads in 400 MB. */
-  bool refused = false;
-  for (unsigned shift = RSHIFT_MAX; shift >= RSHIFT_MIN; shift--) {
-    void *p;
+  /* the classes, the zero-size region, and a guard page below them all:
+   * a span of the layout, claimed as each class grows (the guard page at
+   * once); where something is in the way of the guard page, another span */
+  for (unsigned shift = RSHIFT_MAX, tries = 0; shift >= RSHIFT_MIN; tries++) {
     size_t span = (size_t)(QM_NCLASS + 1) << shift;
-    size_t tables = 0;
-    for (unsigned c = 0; c < QM_NCLASS; c++)
-      tables += table_bytes(c, shift) + qm__page + bits_bytes(c, shift);
-    if (qm_os_map(span + qm__page, qm__page, QM_PROT_NONE, &p) == 0) {
-      void *t;
-      if (qm_os_map(tables + qm__page, qm__page, QM_PROT_NONE, &t)) {
-        qm_os_unmap(p, span + qm__page);
-        refused = true;
-        continue;
+    uintptr_t p = qm_os_span(span + qm__page, qm__page);
+    int err = p ? qm_os_claim((void *)p, qm__page, QM_PROT_NONE) : ENOMEM;
+    if (err) {
+      if (!p || tries >= 4) {
+        shift--;
+        tries = 0;
       }
-      if (refused && shift > RSHIFT_MIN) {
-        qm_os_unmap(p, span + qm__page);
-        qm_os_unmap(t, tables + qm__page);
-        refused = false; /* the next, half as large, is kept */
-        continue;
-      }
-      qm__pbase = (uintptr_t)p + qm__page;
-      qm__rshift = shift;
-      qm__rmask = ((uintptr_t)1 << shift) - 1;
-      qm__pspan = span;
-      for (unsigned c = 0; c <= QM_NCLASS; c++)
-        qm__class[c].base = qm_region(c);
-      /* a guard page below the first table and after each */
-      tbase = (uintptr_t)t + qm__page;
-      size_t at = 0;
-      for (unsigned c = 0; c < QM_NCLASS; c++) {
-        toff[c] = at;
-        qm__class[c].table = (uint64_t *)(tbase + at);
-        at += table_bytes(c, shift) + qm__page;
-        /* then its bitmaps, a guard page after each level's */
-        for (unsigned l = 0; l < LEVELS; l++) {
-          central[c].lev[l] = (uint64_t *)(tbase + at);
-          at += lev_bytes(l, region_slots(c, shift)) + qm__page;
-        }
-      }
-      /* bin slots carry a generation in the top 16 bits of an address */
-      QM_CHECK_OP(qm__pbase + span, <=, QM_SLOT_ADDR);
-      return 0;
+      continue;
     }
-    refused = true;
+    bool ok = true;
+    for (unsigned c = 0; c < QM_NCLASS && ok; c++) {
+      central_t *cl = &central[c];
+      ok = !qm_os_grow_span(&cl->tgrow, table_bytes(c, shift), 0, true);
+      for (unsigned l = 0; l < LEVELS && ok; l++)
+        ok = !qm_os_grow_span(&cl->lgrow[l], lev_bytes(l, region_slots(c, shift)), 0, true);
+    }
+    if (!ok) { /* the layout is full: a smaller one */
+      qm_os_unmap((void *)p, qm__page);
+      shift--;
+      continue;
+    }
+    qm__pbase = p + qm__page;
+    qm__rshift = shift;
+    qm__rmask = ((uintptr_t)1 << shift) - 1;
+    qm__pspan = span;
+    for (unsigned c = 0; c <= QM_NCLASS; c++)
+      qm__class[c].base = qm_region(c);
+    for (unsigned c = 0; c < QM_NCLASS; c++) {
+      central_t *cl = &central[c];
+      cl->rgrow =
+          (qm_os_grow_t){.base = qm_region(c), .len = (size_t)1 << shift, .top = qm_region(c)};
+      qm__class[c].table = (uint64_t *)cl->tgrow.base;
+      for (unsigned l = 0; l < LEVELS; l++)
+        cl->lev[l] = (uint64_t *)cl->lgrow[l].base;
+    }
+    /* bin slots carry a generation in the top 16 bits of an address */
+    QM_CHECK_OP(qm__pbase + span, <=, QM_SLOT_ADDR);
+    return 0;
   }
   return ENOMEM;
 }
@@ -273,24 +263,27 @@ static bool commit(unsigned c, size_t upto) {
     want = limit;
   /* the table first: a committed chunk always has a committed entry */
   size_t tneed = qm_page_up((want + qm__class[c].size - 1) / qm__class[c].size * sizeof(uint64_t));
+  central_t *cl = &central[c];
   if (tneed > tcommitted[c]) {
-    if (qm_os_protect((void *)(tbase + toff[c] + tcommitted[c]), tneed - tcommitted[c],
-                      QM_PROT_NONE, QM_PROT_RW))
+    if (qm_os_grow(&cl->tgrow, tneed) ||
+        qm_os_protect((void *)((uintptr_t)qm__class[c].table + tcommitted[c]),
+                      tneed - tcommitted[c], QM_PROT_NONE, QM_PROT_RW))
       return false;
     tcommitted[c] = tneed;
   }
   /* and the free sets' bits of every slot of it */
-  central_t *cl = &central[c];
   for (unsigned l = 0; l < LEVELS; l++) {
     size_t need = lev_bytes(l, (want + qm__class[c].size - 1) / qm__class[c].size);
     if (need <= cl->lcom[l])
       continue;
-    if (qm_os_protect((char *)cl->lev[l] + cl->lcom[l], need - cl->lcom[l], QM_PROT_NONE,
+    if (qm_os_grow(&cl->lgrow[l], need) ||
+        qm_os_protect((char *)cl->lev[l] + cl->lcom[l], need - cl->lcom[l], QM_PROT_NONE,
                       QM_PROT_RW))
       return false;
     cl->lcom[l] = need;
   }
-  if (qm_os_protect((void *)(region(c) + have), want - have, QM_PROT_NONE, QM_PROT_RW))
+  if (qm_os_grow(&cl->rgrow, want) ||
+      qm_os_protect((void *)(region(c) + have), want - have, QM_PROT_NONE, QM_PROT_RW))
     return false;
   if (qm__gmask)
     for (size_t e = (have | qm__gmask) + 1; e <= want; e += qm__gmask + 1)
@@ -762,8 +755,8 @@ size_t qm__primary_tables(uintptr_t (*out)[2], size_t cap) {
     central_t *cl = &central[c];
     qm_lock(&cl->lock);
     if (tcommitted[c]) {
-      out[n][0] = tbase + toff[c];
-      out[n++][1] = tbase + toff[c] + tcommitted[c];
+      out[n][0] = (uintptr_t)qm__class[c].table;
+      out[n++][1] = (uintptr_t)qm__class[c].table + tcommitted[c];
     }
     for (unsigned l = 0; l < LEVELS && n < cap; l++)
       if (cl->lcom[l]) {
@@ -778,10 +771,10 @@ size_t qm__primary_tables(uintptr_t (*out)[2], size_t cap) {
 
 void qm__primary_stats(qm_primary_stats_t *s) {
   memset(s, 0, sizeof *s);
-  s->reserved = qm__pspan;
   for (unsigned c = 0; c < QM_NCLASS && qm__pspan; c++) {
     central_t *cl = &central[c];
     qm_lock(&cl->lock);
+    s->reserved += qm_os_grown(&cl->rgrow);
     s->committed += atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
     s->carved += cl->carved - cl->dead;
     s->central_free += nfree(cl) * qm__class[c].size;

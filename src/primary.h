@@ -1,14 +1,12 @@
 /* primary.h: the small-chunk allocator's classes and regions. All classes
- * live in one reservation: class c owns [pbase + c<<rshift, +1<<rshift), so
- * "is this pointer small, and of which class" is a subtraction and a shift.
- * Region QM_ZCLASS, after the last class, is never made accessible: it holds
- * the pointers malloc(0) returns. A PROT_NONE page below the first region
- * keeps whatever is mapped there from touching class 0. Chunks of class c
- * sit at region + i*size and hold no allocator state: their state is entry i
- * of the class's table (entry.h, smallstate.h), in a reservation of its own. The
- * central free sets are bitmaps out of band (a bit a chunk slot, per group
- * of threads, beside the tables), and every chunk taken from them is
- * checked against its region and its table entry before it is handed out.
+ * live in one span of the layout (os.h), claimed as each grows: class c owns [pbase + c<<rshift,
+ * +1<<rshift), so "is this pointer small, and of which class" is a subtraction and a shift. Region
+ * QM_ZCLASS, after the last class, is never made accessible: it holds the pointers malloc(0)
+ * returns. A PROT_NONE page below the first region keeps whatever is mapped there from touching
+ * class 0. Chunks of class c sit at region + i*size and hold no allocator state: their state is
+ * entry i of the class's table (entry.h, smallstate.h), in a span of its own. The central free sets
+ * are bitmaps out of band (a bit a chunk slot, per group of threads, beside the tables), and every
+ * chunk taken from them is checked against its region and its table entry before it is handed out.
  */
 #ifndef QM_PRIMARY_H
 #define QM_PRIMARY_H

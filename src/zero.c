@@ -18,6 +18,7 @@
 #include "age.h"
 #include "lock.h"
 #include "meta.h"
+#include "os.h"
 #include "primary.h"
 #include "report.h"
 
@@ -34,6 +35,9 @@ static size_t loose;
 static size_t sweep;        /* the slot the sweep for loose ones goes on from */
 static size_t next;         /* slots ever handed out by the bump */
 static uint32_t ring[RING]; /* the FIFO's slot numbers, positions of q */
+/* the region's address space, claimed PROT_NONE as the bump reaches it:
+ * a slot's address is never someone else's mapping */
+static qm_os_grow_t space;
 static qm_age_t q;
 #ifdef QM_TEST_HOOKS
 static size_t cap = SIZE_MAX;
@@ -56,6 +60,14 @@ static uint64_t *word_of(size_t i, bool make) {
 }
 /* The waiting bits' word of slot i, whose leaf exists. */
 static uint64_t *waiting_of(size_t i) { return word_of(i, false) + LEAF_WORDS; }
+
+/* Slots [0, n) claimed (under the lock). */
+static bool grow_to(size_t n) {
+  if (!space.base)
+    space = (qm_os_grow_t){
+        .base = qm_region(QM_ZCLASS), .len = (size_t)1 << qm__rshift, .top = qm_region(QM_ZCLASS)};
+  return !qm_os_grow(&space, n * QM_MIN_ALIGN);
+}
 
 static size_t ring_pop(void) {
   size_t i = ring[qm_age_pop(&q, RING)];
@@ -95,7 +107,7 @@ void *qm__zero_alloc(void) {
   size_t i;
   if (q.n > RING_KEEP) {
     i = ring_pop();
-  } else if (next < nslots()) {
+  } else if (next < nslots() && grow_to(next + 1)) {
     i = next++;
   } else if (loose) {
     i = take_loose();

@@ -778,7 +778,8 @@ TEST(LargeDeathTest, LowAddressSpaceLimitGivesEnomemNotACrash) {
 // Where address space is tight when the first large chunk is made, the
 // record table is the smallest (2048 records), and growing it by steps of
 // 64 KiB of records must stop at its end: the last step used to open the
-// upper guard page and the first page of the next mapping. Own process
+// upper guard page and the first page of the next mapping (the table is
+// claimed as it grows, the guard pages with its first and last steps). Own process
 // (unit-small-record-table): the table must not be reserved yet.
 TEST(SmallRecordTable, GrowthStopsAtTheTableEnd) {
   uintptr_t lo, hi;
@@ -800,7 +801,7 @@ TEST(SmallRecordTable, GrowthStopsAtTheTableEnd) {
   }
   char prot[5];
   qmt_prot_of(reinterpret_cast<void *>(hi - 1), prot);
-  EXPECT_STREQ(prot, "rw-p") << "the ring, at the mapping's end";
+  EXPECT_STREQ(prot, "rw-p") << "the last records, at the table's end";
   qmt_prot_of(reinterpret_cast<void *>(hi), prot);
   EXPECT_STREQ(prot, "---p") << "the upper guard page stays inaccessible";
   qmt_prot_of(reinterpret_cast<void *>(lo - 1), prot);
