@@ -280,8 +280,10 @@ QM_EXPORT void *qm_aligned_alloc(size_t align, size_t n) {
 }
 
 QM_EXPORT void *qm_memalign(size_t align, size_t n) {
-  /* glibc rounds an alignment that is not a power of two up to one */
-  if (align > ((size_t)1 << 62)) {
+  /* glibc rounds an alignment that is not a power of two up to one, and
+   * answers EINVAL only where that would overflow (past 2^63); any other
+   * alignment it cannot serve is ENOMEM, as for posix_memalign */
+  if (align > ((size_t)1 << 63)) {
     errno = EINVAL;
     return NULL;
   }

@@ -83,6 +83,16 @@ TEST(Api, AlignedAllocMemalignVallocPvalloc) {
   errno = 0;
   EXPECT_EQ(qm_memalign(SIZE_MAX, 10), nullptr);
   EXPECT_EQ(errno, EINVAL);
+  // as glibc: EINVAL only past 2^63; an alignment or a size that cannot be
+  // served is ENOMEM
+  for (size_t a : {size_t(1) << 62, (size_t(1) << 62) + 1, size_t(1) << 63}) {
+    errno = 0;
+    EXPECT_EQ(qm_memalign(a, 10), nullptr) << a;
+    EXPECT_EQ(errno, ENOMEM) << a;
+  }
+  errno = 0;
+  EXPECT_EQ(qm_memalign(64, SIZE_MAX / 2), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
   size_t pg = qmt_page();
   p = qm_valloc(10);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % pg, 0u);
