@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT (see LICENSE; installed in share/doc/qmalloc) */
 /* qmalloc.h: the public API of qmalloc, a hardened malloc for Linux whose
  * large chunks sit in a PROT_NONE quarantine after free, so a dangling
  * pointer faults at once. libqmalloc.so and libqmalloc.a export the libc
