@@ -152,6 +152,39 @@ static void warn(const char *source, qm_buf_t *b) {
     qm__warn_buf(b);
 }
 
+/* Edit distance (insertions, deletions, substitutions, swaps of two
+ * neighbours) between s[0..n) and name, or 3 once it is past 2: only a
+ * near miss is worth a suggestion. On the stack, no allocation. */
+#define NEAR_MAX 48
+static unsigned edits(const char *s, size_t n, const char *name) {
+  size_t m = strlen(name);
+  if (n >= NEAR_MAX || m >= NEAR_MAX || (n > m ? n - m : m - n) > 2)
+    return 3;
+  unsigned d[3][NEAR_MAX + 1]; /* rows i-2, i-1, i of the table, rolled */
+  for (size_t j = 0; j <= m; j++)
+    d[0][j] = (unsigned)j;
+  for (size_t i = 1; i <= n; i++) {
+    unsigned *cur = d[i % 3], *prev = d[(i + 2) % 3], *pp = d[(i + 1) % 3];
+    cur[0] = (unsigned)i;
+    for (size_t j = 1; j <= m; j++) {
+      unsigned c = prev[j - 1] + (s[i - 1] != name[j - 1]);
+      if (prev[j] + 1 < c)
+        c = prev[j] + 1;
+      if (cur[j - 1] + 1 < c)
+        c = cur[j - 1] + 1;
+      if (i > 1 && j > 1 && s[i - 1] == name[j - 2] && s[i - 2] == name[j - 1] && pp[j - 2] + 1 < c)
+        c = pp[j - 2] + 1;
+      cur[j] = c;
+    }
+  }
+  unsigned r = d[n % 3][m];
+  return r > 2 ? 3 : r;
+}
+
+/* The known option nearest to an unknown name, if one is one or two edits
+ * away (the first of the nearest, in the table's order), else NULL. */
+static const char *near_name(const char *s, size_t n);
+
 static int apply_one(qm_options_t *o, const char *source, const char *s, size_t n) {
   qm_buf_t b;
   const char *eqs = memchr(s, '=', n);
@@ -209,8 +242,25 @@ static int apply_one(qm_options_t *o, const char *source, const char *s, size_t 
   qm_buf_str(&b, "unknown option '");
   put_n(&b, s, nlen);
   qm_buf_str(&b, "' ignored");
+  const char *near = near_name(s, nlen);
+  if (near) {
+    qm_buf_str(&b, "; did you mean '");
+    qm_buf_str(&b, near);
+    qm_buf_str(&b, "'?");
+  }
   warn(source, &b);
   return 1;
+}
+
+static const char *near_name(const char *s, size_t n) {
+  const char *best = NULL;
+  unsigned bd = 3;
+  for (size_t i = 0; i < NOPTS; i++) {
+    unsigned e = edits(s, n, table[i].name);
+    if (e < bd)
+      bd = e, best = table[i].name;
+  }
+  return best;
 }
 
 int qm__options_parse(qm_options_t *o, const char *source, const char *s, size_t n) {

@@ -66,6 +66,21 @@ TEST_F(Options, UnknownNameWarnsAndTheRestApplies) {
   EXPECT_EQ(qmt_option("quarantine_mb"), 16u);
 }
 
+// A name one or two edits from a known one (a letter dropped, added,
+// changed, or two swapped) is named; further off, nothing is guessed.
+TEST_F(Options, NearMissNamesTheOptionMeant) {
+  const std::string w = "qmalloc: WARNING: QMALLOC_OPTIONS: unknown option '";
+  EXPECT_EQ(apply("quarantin_mb=5"), w + "quarantin_mb' ignored; did you mean 'quarantine_mb'?\n");
+  EXPECT_EQ(apply("qaurantine_mb=5"),
+            w + "qaurantine_mb' ignored; did you mean 'quarantine_mb'?\n");
+  EXPECT_EQ(apply("hardenning=max"), w + "hardenning' ignored; did you mean 'hardening'?\n");
+  EXPECT_EQ(apply("stats_at_exti=1"),
+            w + "stats_at_exti' ignored; did you mean 'stats_at_exit'?\n");
+  EXPECT_EQ(apply("quarantine=5"), w + "quarantine' ignored\n"); // 3 edits: no guess
+  EXPECT_EQ(apply("bogus=1"), w + "bogus' ignored\n");
+  EXPECT_EQ(qmt_option("quarantine_mb"), 96u); // nothing applied on a guess
+}
+
 TEST_F(Options, OutOfRangeNamesTheRangeAndKeepsTheValue) {
   std::string err = apply("quarantine_mb=99999999");
   EXPECT_EQ(err, "qmalloc: WARNING: QMALLOC_OPTIONS: option 'quarantine_mb' takes an integer in "
