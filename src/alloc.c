@@ -197,6 +197,9 @@ QM_EXPORT void qm_free(void *p) {
         uint64_t k = qm__pend_i++;
         qm__pend[k % QM_PEND_N] =
             (qm_pend_t){qm_slot_make(a, qm_e_gen(fw)), at | (uintptr_t)c << QM_ADDR_BITS};
+        /* free's caller: an overflow the batch finds is reported as freed
+         * there, where the program last held the chunk */
+        qm__pend_by[k % QM_PEND_N] = (uintptr_t)__builtin_return_address(0);
         if (QM_UNLIKELY(!((k + 1) % QM_PEND_HALF)))
           qm__small_pend_batch(k + 1);
         qm_freeing_clear();

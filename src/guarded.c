@@ -389,7 +389,7 @@ static gslot_t *live_locked(uintptr_t a, qm_op_t op, gclass_t **cp, uint32_t *ip
     if (*(unsigned char *)x == slack_byte(x))
       continue;
     qm_unlock(&G.lock);
-    qm__report_small_overflow((void *)a, QM_CK_SAMPLED, s->size, x - a, 0, 0);
+    qm__report_small_overflow((void *)a, QM_CK_SAMPLED, s->size, x - a, 0, 0, 0);
   }
   return s;
 }

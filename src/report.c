@@ -29,6 +29,7 @@ typedef struct head {
   const void *ptr;
   const qm_buf_t *details; /* NULL: none */
   const qm_kept_t *kept;   /* a large chunk's kept stacks follow; NULL: none */
+  uintptr_t freed_at;      /* the free that parked a small chunk found bad later; 0: none */
 } head_t;
 
 static void put_kind(qm_buf_t *b, const head_t *h) {
@@ -63,16 +64,31 @@ static void emit_head(const head_t *h) {
   qm__out(&b);
 }
 
-/* "SUMMARY: qmalloc: <kind> (module+0xOFF) symbol+0xN", the frame pc[0]:
- * the last line of every error report. */
+/* How to turn the frames into functions and lines: before SUMMARY, which
+ * stays the last line (the symbolizer drops this one once it named them). */
+static void emit_hint(void) {
+  qm_buf_t b;
+  b.n = 0;
+  qm_buf_str(&b, "  (qmalloc-symbolize: this report saved to a file, `qmalloc-symbolize FILE` "
+                 "names each frame's function and line)\n");
+  qm__out(&b);
+}
+
+/* "SUMMARY: qmalloc: <kind> (module+0xOFF) symbol+0xN", the first frame in
+ * the program's own code (past libc's and the loader's): the last line of
+ * every error report. */
 static void emit_summary(const head_t *h, const uintptr_t *pc, unsigned n) {
+  emit_hint();
   qm_buf_t b;
   b.n = 0;
   qm_buf_str(&b, "SUMMARY: qmalloc: ");
   put_kind(&b, h);
-  if (n) {
+  if (h->freed_at) {
     qm_buf_str(&b, " ");
-    qm__frame_where(&b, pc[0]);
+    qm__frame_where(&b, h->freed_at);
+  } else if (n) {
+    qm_buf_str(&b, " ");
+    qm__frame_where(&b, pc[qm__frame_first_own(pc, n)]);
   }
   qm_buf_str(&b, "\n");
   qm__out(&b);
@@ -142,6 +158,15 @@ static _Noreturn void fatal(const head_t *h) {
   if (atomic_exchange(&reporting, 1))
     die();
   emit_head(h);
+  if (h->freed_at) { /* where the program last held the chunk, first */
+    qm_buf_t l;
+    l.n = 0;
+    qm_buf_str(&l, "  freed by thread ");
+    qm_buf_dec(&l, qm__thread_id());
+    qm_buf_str(&l, " here (the caller of free), the damage found later:\n");
+    qm__out(&l);
+    qm__stack_print(&h->freed_at, 1);
+  }
   offender_t o;
   offending_call(&o);
   if (h->kept)
@@ -269,7 +294,7 @@ _Noreturn void qm__report_refree(const void *p, size_t size, qm_refree_t how) {
 }
 
 _Noreturn void qm__report_small_overflow(const void *p, qm_chunk_kind_t kind, size_t size,
-                                         size_t at, int side, uintptr_t by) {
+                                         size_t at, int side, uintptr_t by, uintptr_t freed_ret) {
   qm_buf_t d;
   d.n = 0;
   if (kind == QM_CK_SAMPLED) {
@@ -287,7 +312,11 @@ _Noreturn void qm__report_small_overflow(const void *p, qm_chunk_kind_t kind, si
     qm_buf_str(&d, " neighbour ");
     qm_buf_hex(&d, by);
   }
-  head_t h = {.kind = {"heap overflow past small chunk"}, .ptr = p, .details = &d};
+  /* the call (the instruction before its return address) */
+  head_t h = {.kind = {"heap overflow past small chunk"},
+              .ptr = p,
+              .details = &d,
+              .freed_at = freed_ret ? freed_ret - 1 : 0};
   fatal(&h);
 }
 

@@ -50,9 +50,13 @@ typedef enum qm_refree {
 _Noreturn void qm__report_refree(const void *p, size_t size, qm_refree_t how) QM_COLD;
 /* A small or sampled chunk of size bytes at p written past its end, the
  * first byte changed at offset at; found at the free of its neighbour
- * (side -1: the previous, +1: the next, at address by) or 0 at its own. */
+ * (side -1: the previous, +1: the next, at address by) or 0 at its own.
+ * freed_ret: the return address of the free that parked it, found later
+ * (0: found at that free): the report then names it, and its SUMMARY
+ * blames it, not the unrelated call that found the damage. */
 _Noreturn void qm__report_small_overflow(const void *p, qm_chunk_kind_t kind, size_t size,
-                                         size_t at, int side, uintptr_t by) QM_COLD;
+                                         size_t at, int side, uintptr_t by,
+                                         uintptr_t freed_ret) QM_COLD;
 /* A free small chunk at ch (class class_bytes) zeroed at free, found
  * holding byte at offset at when handed out again. */
 _Noreturn void qm__report_write_after_free(uintptr_t ch, size_t class_bytes, size_t at,

@@ -126,7 +126,7 @@ static _Noreturn QM_COLD void small_error(qm_op_t op, void *p, uintptr_t ch, uns
     if (qm_e_state(w) == QM_CHUNK_ALLOC && a == ch + qm_e_offset(w)) {
       uint64_t bad = qm_load8(a + n) ^ qm_canary(ch, qm_e_gen(w), c);
       qm__report_small_overflow(p, QM_CK_SMALL, n, n + (bad ? (size_t)__builtin_ctzll(bad) / 8 : 0),
-                                0, 0);
+                                0, 0, 0);
     }
   }
   qm_place_t pl;
@@ -290,7 +290,7 @@ QM_INLINE void check_zero(uintptr_t ch, unsigned c) {
 static _Noreturn QM_COLD void neighbour_error(uintptr_t n, uint64_t w, uint64_t bad, int side,
                                               uintptr_t ch) {
   qm__report_small_overflow((void *)(n + qm_e_offset(w)), QM_CK_SMALL, qm_e_size(w),
-                            qm_e_size(w) + (size_t)__builtin_ctzll(bad) / 8, side, ch);
+                            qm_e_size(w) + (size_t)__builtin_ctzll(bad) / 8, side, ch, 0);
 }
 
 /* Checked mode, at free: the live neighbours this thread owns must have
@@ -402,15 +402,18 @@ void qm__small_release(uintptr_t slot, unsigned c) {
 /* ---- frees parked for their canary check ---- */
 
 /* The canary of user pointer p (n bytes, at p + n) is not expect. */
-static _Noreturn QM_COLD void canary_error(uintptr_t p, uintptr_t at, uint64_t expect) {
+/* by: the return address of the free that parked the chunk, or 0 */
+static _Noreturn QM_COLD void canary_error(uintptr_t p, uintptr_t at, uint64_t expect,
+                                           uintptr_t by) {
   size_t n = at - p;
   uint64_t bad = qm_load8(at) ^ expect;
-  qm__report_small_overflow((void *)p, QM_CK_SMALL, n, n + (size_t)__builtin_ctzll(bad) / 8, 0, 0);
+  qm__report_small_overflow((void *)p, QM_CK_SMALL, n, n + (size_t)__builtin_ctzll(bad) / 8, 0, 0,
+                            by);
 }
 
-void qm__small_pend_error(uintptr_t slot, uintptr_t at) {
-  uintptr_t p = qm_slot_chunk(slot);
-  canary_error(p, at, qm_canary_before(slot, (unsigned)((p - qm__pbase) >> qm__rshift)));
+void qm__small_pend_error(const qm_pend_t *e) {
+  canary_error(qm_slot_chunk(e->slot), QM_PEND_AT(e), qm_canary_before(e->slot, QM_PEND_CLASS(e)),
+               qm__pend_by[e - qm__pend]);
 }
 
 /* Checks parked free e and puts its chunk in its bin at a random place (r:
@@ -421,7 +424,7 @@ static inline void pend_settle(const qm_pend_t *e, qm_bin_t *bins, uint64_t r) {
   uintptr_t s = e->slot, at = QM_PEND_AT(e);
   unsigned c = QM_PEND_CLASS(e);
   if (QM_UNLIKELY(qm_load8(at) != qm_canary_before(s, c)))
-    qm__small_pend_error(s, at);
+    qm__small_pend_error(e);
   qm_canary_clear(at);
   qm_bin_t *b = &bins[c];
   uint32_t n = b->count;
@@ -757,7 +760,7 @@ static __thread unsigned rpend_i __attribute__((tls_model("initial-exec")));
 
 static void rpend_settle(const rpend_t *q) {
   if (QM_UNLIKELY(qm_load8(q->at) != q->expect))
-    canary_error(qm_slot_chunk(q->m), q->at, q->expect);
+    canary_error(qm_slot_chunk(q->m), q->at, q->expect, 0);
   send_free(qm_slot_chunk(q->m), (uint64_t)q->owner << QM_E_OWNER_SHIFT | qm_slot_gen(q->m)
                                                                               << QM_E_GEN_SHIFT);
 }
@@ -1039,7 +1042,7 @@ void qm__small_pend_regen(void) {
     /* checked against the canary its malloc wrote, then given the one the
      * new generation expects */
     if (qm_load8(at) != qm_canary_before(s, c))
-      qm__small_pend_error(s, at);
+      qm__small_pend_error(e);
     s = qm__small_regen(s, c);
     qm_store8(at, qm_canary_before(s, c));
     e->slot = s;
@@ -1187,7 +1190,7 @@ static __attribute__((noinline)) void free_general(void *p, uintptr_t off) {
     /* it became this thread's meanwhile (an id retired and adopted): SENT
      * by this thread, checked and freed now */
     if (QM_UNLIKELY(qm_load8(a + qm_e_size(w)) != qm_canary(ch, qm_e_gen(w), c)))
-      canary_error(a, a + qm_e_size(w), qm_canary(ch, qm_e_gen(w), c));
+      canary_error(a, a + qm_e_size(w), qm_canary(ch, qm_e_gen(w), c), 0);
     uint64_t fw = qm_e_freed(w);
     qm_entry_store(e, fw);
     release_freed(a, ch, c, w, fw);

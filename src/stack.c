@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 #include <sys/auxv.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,16 +34,31 @@
  * glibc's backtrace() does on first use (which allocates). */
 
 /* The executable segment of the shared object qmalloc is built into: its
- * frames are left out of stacks. Empty when qmalloc is linked into the
- * program itself, whose frames cannot then be told apart from qmalloc's. */
+ * frames are left out of stacks. When qmalloc is linked into the program
+ * itself, its code's share of .text and of .text.unlikely, between the
+ * markers its link order puts first and last (text_lo.c); a range that
+ * does not look like it (inverted, or larger than the library could be: a
+ * linker that reordered input) is left empty, and the frames then show. */
 extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden")));
-static uintptr_t self_lo, self_hi;
+static uintptr_t self_lo, self_hi, cold_lo, cold_hi;
+
+static bool marked(void (*lo)(void), void (*hi)(void), uintptr_t *a, uintptr_t *b) {
+  uintptr_t l = (uintptr_t)lo, h = (uintptr_t)hi;
+  if (l >= h || h - l > ((uintptr_t)4 << 20))
+    return false;
+  *a = l;
+  *b = h + 1; /* the marker's own first byte: it is qmalloc's too */
+  return true;
+}
 
 static void self_range(void) {
   const ElfW(Ehdr) *eh = &__ehdr_start;
   const ElfW(Phdr) *ph = (const ElfW(Phdr) *)((const char *)eh + eh->e_phoff);
-  if ((uintptr_t)ph == getauxval(AT_PHDR))
-    return; /* the main program */
+  if ((uintptr_t)ph == getauxval(AT_PHDR)) { /* the main program */
+    if (marked(qm__text_lo, qm__text_hi, &self_lo, &self_hi))
+      marked(qm__text_lo_cold, qm__text_hi_cold, &cold_lo, &cold_hi);
+    return;
+  }
   uintptr_t bias = 0, lo = UINTPTR_MAX, hi = 0;
   for (unsigned i = 0; i < eh->e_phnum; i++)
     if (ph[i].p_type == PT_LOAD && ph[i].p_offset == 0)
@@ -80,7 +96,7 @@ static _Unwind_Reason_Code step(struct _Unwind_Context *c, void *arg) {
    * frame's pc is the interrupted instruction itself) */
   if (!before)
     pc--;
-  if (w->inside && pc >= self_lo && pc < self_hi)
+  if (w->inside && ((pc >= self_lo && pc < self_hi) || (pc >= cold_lo && pc < cold_hi)))
     return _URC_NO_REASON;
   w->inside = false;
   w->pcs[w->n++] = pc;
@@ -349,6 +365,31 @@ void qm__frame_where(qm_buf_t *b, uintptr_t pc) {
     qm_buf_str(b, "+");
     qm_buf_hex(b, pc - start);
   }
+}
+
+/* libc's and the loader's file names (glibc: libc.so.6, libpthread.so.0,
+ * libdl.so.2, ld-linux-x86-64.so.2, ld-linux-aarch64.so.1) */
+static bool is_libc(const char *path) {
+  const char *base = path;
+  for (const char *s = path; *s; s++)
+    if (*s == '/')
+      base = s + 1;
+  static const char *const names[] = {"libc.so",  "libpthread.so", "libdl.so",
+                                      "ld-linux", "ld.so",         "ld64.so"};
+  for (unsigned i = 0; i < sizeof names / sizeof *names; i++)
+    if (!strncmp(base, names[i], strlen(names[i])))
+      return true;
+  return false;
+}
+
+unsigned qm__frame_first_own(const uintptr_t *pc, unsigned n) {
+  for (unsigned k = 0; k < n; k++) {
+    module_t m;
+    if (find_module(pc[k], &m) && m.name && *m.name && is_libc(m.name))
+      continue;
+    return k;
+  }
+  return 0;
 }
 
 void qm__frame_format(qm_buf_t *b, unsigned n, uintptr_t pc) {

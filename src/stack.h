@@ -38,6 +38,12 @@ unsigned qm__stack_capture_unlocked(uintptr_t *pcs, unsigned max);
 void qm__unwind_fork_prepare(void);
 void qm__unwind_fork_parent(void);
 void qm__unwind_fork_child(void);
+/* The markers that bracket qmalloc's code in its link order (text_lo.c,
+ * text_hi.c): hot and cold parts each. */
+void qm__text_lo(void);
+void qm__text_lo_cold(void);
+void qm__text_hi(void);
+void qm__text_hi_cold(void);
 /* A thread is inside the unwinder (with one thread: the caller itself). */
 bool qm__unwind_busy(void);
 /* In the child of a fork that interrupted this thread inside qmalloc. */
@@ -51,6 +57,10 @@ void qm__frame_format(qm_buf_t *b, unsigned n, uintptr_t pc);
 /* "(module+0xOFF) symbol+0xN" of one frame (the part of a frame's line
  * after its pc; nothing when no module holds pc): the SUMMARY line's. */
 void qm__frame_where(qm_buf_t *b, uintptr_t pc);
+/* The first of pc[0..n) in the program's own code: outside libc and the
+ * dynamic loader (qmalloc's frames are never taken); 0 if none is. Where a
+ * report puts the blame: a bug found in puts's malloc is the program's. */
+unsigned qm__frame_first_own(const uintptr_t *pc, unsigned n);
 
 /* Prints n frames, one a line indented by four, with qm__out();
  * "(no stack recorded)" for none. */

@@ -30,13 +30,14 @@ typedef struct qm_pend {
 #define QM_PEND_CLASS(e) ((unsigned)((e)->at >> QM_ADDR_BITS))
 
 typedef struct qm_thread {
-  uintptr_t freeing;           /* smallstate.h: qm__freeing */
-  uint64_t me;                 /* smallstate.h: qm__me */
-  uint64_t rng;                /* random.h: qm__rng */
-  uint32_t sample_left;        /* guarded.h: qm__sample_left */
-  uint64_t pend_i;             /* smallstate.h: qm__pend_i (never wraps) */
-  qm_pend_t pend[QM_PEND_N];   /* smallstate.h: qm__pend */
-  qm_bin_t bin[QM_NCLASS + 1]; /* cache.h: qm__bin */
+  uintptr_t freeing;            /* smallstate.h: qm__freeing */
+  uint64_t me;                  /* smallstate.h: qm__me */
+  uint64_t rng;                 /* random.h: qm__rng */
+  uint32_t sample_left;         /* guarded.h: qm__sample_left */
+  uint64_t pend_i;              /* smallstate.h: qm__pend_i (never wraps) */
+  qm_pend_t pend[QM_PEND_N];    /* smallstate.h: qm__pend */
+  qm_bin_t bin[QM_NCLASS + 1];  /* cache.h: qm__bin */
+  uintptr_t pend_by[QM_PEND_N]; /* smallstate.h: qm__pend_by */
 } qm_thread_t;
 
 extern __thread qm_thread_t qm__t __attribute__((tls_model("initial-exec")));
@@ -47,6 +48,7 @@ extern __thread qm_thread_t qm__t __attribute__((tls_model("initial-exec")));
 #define qm__sample_left (qm__t.sample_left)
 #define qm__pend_i (qm__t.pend_i)
 #define qm__pend (qm__t.pend)
+#define qm__pend_by (qm__t.pend_by)
 #define qm__bin (qm__t.bin)
 
 #endif

@@ -52,6 +52,10 @@ QM_CALL_HEAD='  detected in a call by thread [0-9]+ here:'
 QM_ACCESS_HEAD='  accessed by thread [0-9]+ here:'
 QM_FREED_HEAD='  freed by thread [0-9]+, [0-9]+ large frees and [0-9]+ ms ago, here:'
 QM_PREV_ALLOC_HEAD='  previously allocated by thread [0-9]+ here:'
+# a small chunk's overflow found after its free: that free's caller first
+QM_SMALL_FREED_HEAD='  freed by thread [0-9]+ here \(the caller of free\), the damage found later:'
+# the line before SUMMARY: how to name the frames
+QM_HINT='  \(qmalloc-symbolize: [^[:cntrl:]]+\)'
 QM_ALLOC_HEAD='  allocated by thread [0-9]+ here:'
 QM_FRAME='    #[0-9]+ 0x[0-9a-f]+ \([^[:cntrl:]]+\+0x[0-9a-f]+\)[^[:cntrl:]]*'
 QM_NO_STACK='    \(no stack recorded\)'

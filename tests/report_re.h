@@ -12,9 +12,10 @@
 
 // A stack: its frames, each "#N 0xPC (module+0xOFF)" and maybe a symbol.
 #define QM_FRAMES "(" QM_FRAME "\n)+"
-#define QM_SUMMARY_END QM_SUMMARY "\n$"
+// the symbolizer's hint, then SUMMARY, the last line
+#define QM_SUMMARY_END QM_HINT "\n" QM_SUMMARY "\n$"
 // SUMMARY naming a function of the program: "SUMMARY: qmalloc: <kind> (module+0xOFF) fn+0xN"
-#define QM_SUMMARY_IN(kind, fn) QM_SUMMARY_AT(kind, fn) "\n$"
+#define QM_SUMMARY_IN(kind, fn) QM_HINT "\n" QM_SUMMARY_AT(kind, fn) "\n$"
 #define QM_ACCESSED QM_ACCESS_HEAD "\n" QM_FRAMES
 #define QM_CALL QM_CALL_HEAD "\n" QM_FRAMES
 // a report with no stacks kept: the offending call's, then SUMMARY

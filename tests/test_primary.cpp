@@ -354,12 +354,17 @@ static void neighbours(size_t n, char **lo, char **hi) {
 // The report of an overflow past a small chunk: under hardening=max the
 // free of its next neighbour checks its live neighbours
 // and finds it first; in the default profile the chunk's own free (or its
-// parked check) does.
+// parked check) does: found at its parked check, the report names the free
+// that parked it first (one frame), then the call that found the damage.
 static std::string overflow_re(const char *detail) {
   std::string d = detail;
+  const char *freed = "";
   if (qmt_option("hardening")) // the death test's child lays its heap out afresh
     d += ", found at the free of its next neighbour " QM_HEX;
-  return qm_fill("^" QM_LINE(QM_K_SMALL_OVERFLOW, "@D@") "\n" QM_END, "@D@", d);
+  else
+    freed = "(" QM_SMALL_FREED_HEAD "\n" QM_FRAME "\n)?";
+  return qm_fill(std::string("^" QM_LINE(QM_K_SMALL_OVERFLOW, "@D@") "\n") + freed + QM_END, "@D@",
+                 d);
 }
 
 // Writing past the first one's end runs through its canary into the second

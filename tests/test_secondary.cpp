@@ -859,7 +859,7 @@ testing::Matcher<const std::string &> check_report(const char *cond, const char 
   line = qm_fill(qm_fill(line, "@COND@", qm_re_quote(cond)), "@FILE@", qm_re_quote(file));
   return testing::Matcher<const std::string &>(
       new EreWithBackrefs("^expected operands ([0-9]+) and ([0-9]+)\n" + line +
-                          "\n" QM_CALL QM_SUMMARY_OF(QM_K_CHECK) "\n$"));
+                          "\n" QM_CALL QM_HINT "\n" QM_SUMMARY_OF(QM_K_CHECK) "\n$"));
 }
 
 // A compaction of the FIFO's ring (when it is full) moves the entries
