@@ -50,11 +50,9 @@ int qm__booting;
  * fflush(NULL) held it waiting for a FILE whose holder (getline, in
  * realloc) waited for qmalloc. glibc orders its own malloc's locks after
  * this one; so do these handlers. The lock is recursive (glibc's fork takes
- * it again), and reset in the child (by glibc's fork too when there are
- * threads). Weak: absent outside glibc. */
+ * it again). Weak: absent outside glibc. */
 extern void _IO_list_lock(void) __attribute__((weak));
 extern void _IO_list_unlock(void) __attribute__((weak));
-extern void _IO_list_resetlock(void) __attribute__((weak));
 /* glibc 2.32+: true while the process has never had a second thread */
 extern char __libc_single_threaded __attribute__((weak));
 
@@ -94,7 +92,13 @@ static bool fork_interrupts_self(void) {
   return qm__fork_held;
 }
 
+/* glibc's fork takes stdio's list lock (and resets it in the child) only
+ * when the process has threads; else the child's handler gives back the
+ * level prepare added, keeping any level an interrupted fflush holds. */
+static bool fork_stdio_single;
+
 static void fork_prepare(void) {
+  fork_stdio_single = &__libc_single_threaded && __libc_single_threaded;
   if (_IO_list_lock)
     _IO_list_lock();
   fork_nested = fork_interrupts_self();
@@ -125,9 +129,10 @@ static void fork_parent(void) {
  * threads' ids are closed, and what was sent to them goes to the central
  * lists. Then the central chunks take fresh generations: those too. */
 static void fork_child(void) {
-  if (_IO_list_resetlock)
-    _IO_list_resetlock();
+  if (fork_stdio_single && _IO_list_unlock)
+    _IO_list_unlock();
   qm__random_fork_child(); /* before anything in the child draws */
+  qm_os_fork_child();
   if (fork_nested) {
     qm__unwind_fork_child_nested();
     return;

@@ -132,17 +132,38 @@ int qm_os_reserve(size_t len, void **out) {
  * their brk lie at 2/3 of it, others at 4 MiB. So nothing lands in the
  * layout unless the address space is nearly full or a program asks for an
  * address there: then a claim meets it and fails (EEXIST), and the caller
- * degrades as on any ENOMEM. top: the power of two above the stack. */
+ * degrades as on any ENOMEM. top: the power of two above the main thread's
+ * initial stack. Under AddressSanitizer, whose shadow holds 0x7fff8000 to
+ * 16 TiB on x86-64, the layout lies in [top/4, top*5/16) (32 to 40 TiB)
+ * instead, below the legacy layout's start. */
 static _Atomic uintptr_t lay_next;
 static _Atomic uint64_t lay_rng; /* a wyrand state, stepped atomically */
 
-/* [lo, hi) for this address space: the same in every thread (all stacks
- * lie below the same power of two), so nothing but lay_next is shared. */
+/* [lo, hi) for this address space, from AT_RANDOM's bytes, which the
+ * kernel puts on the main thread's initial stack: the caller's own stack
+ * may be anywhere (a coroutine's, taken from malloc, lies in the layout
+ * itself), so nothing but lay_next is shared or changes. */
+#if defined(__SANITIZE_ADDRESS__)
+#define QM_LAYOUT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define QM_LAYOUT_ASAN 1
+#endif
+#endif
 static void layout_bounds(uintptr_t *lo, uintptr_t *hi) {
-  int here;
-  uintptr_t top = (uintptr_t)1 << (64 - __builtin_clzll((uintptr_t)&here));
+  uintptr_t at = (uintptr_t)getauxval(AT_RANDOM);
+  if (!at) {
+    int here;
+    at = (uintptr_t)&here;
+  }
+  uintptr_t top = (uintptr_t)1 << (64 - __builtin_clzll(at));
+#ifdef QM_LAYOUT_ASAN
+  *lo = top / 4;
+  *hi = top / 16 * 5;
+#else
   *lo = top / 128;
   *hi = top / 4;
+#endif
 }
 
 /* A draw from the layout's stream: one getrandom for the seed, then a
@@ -151,6 +172,11 @@ static uint64_t layout_rand(void) {
   uint64_t x = atomic_fetch_add(&lay_rng, 0xa0761d6478bd642full) + 0xa0761d6478bd642full;
   unsigned __int128 t = (unsigned __int128)x * (x ^ 0xe7037ed1a0b428dbull);
   return (uint64_t)(t >> 64) ^ (uint64_t)t;
+}
+
+void qm_os_fork_child(void) {
+  if (atomic_load(&lay_next))
+    atomic_store(&lay_rng, qm_random_u64() | 1);
 }
 
 uintptr_t qm_os_span(size_t len, size_t align) {
@@ -233,7 +259,8 @@ int qm_os_grow(qm_os_grow_t *g, size_t upto) {
   uintptr_t to = want >= g->len ? g->base + g->len + pg : g->base + want;
   int err = qm_os_claim((void *)g->top, to - g->top, QM_PROT_NONE);
   if (err && to - g->top > qm_page_up(upto - held) + pg) { /* at least what is asked */
-    to = g->base + qm_page_up(upto);
+    /* the upper guard page with the last step, as in the first try */
+    to = qm_page_up(upto) >= g->len ? g->base + g->len + pg : g->base + qm_page_up(upto);
     err = qm_os_claim((void *)g->top, to - g->top, QM_PROT_NONE);
   }
   if (!err)

@@ -49,6 +49,9 @@ int qm_os_reserve_fixed(void *p, size_t len);
  * (a power of two, at least the page size), at a random distance after the
  * last span; 0 when the layout is exhausted. Lock-free. */
 uintptr_t qm_os_span(size_t len, size_t align);
+/* In a fork child: the layout's gaps drawn afresh, so that two children's
+ * next spans do not land at one address. */
+void qm_os_fork_child(void);
 /* Maps [p, p+len) with prot only where nothing is mapped (MAP_FIXED_NOREPLACE,
  * Linux 4.17): never over another mapping. 0, or ENOMEM where something is
  * there already (EEXIST) or a limit refuses. A PROT_NONE claim is address
