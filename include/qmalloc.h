@@ -161,11 +161,12 @@ typedef struct qm_stats {
   /* page drops the kernel refused with madvise on locked pages (mlock,
      mlockall), made by mapping the range afresh instead */
   uint64_t locked_remaps;
-  /* freed large chunks unmapped before their quarantine window passed (out
-     of memory, address space or mappings; default profile only, warned of
-     once) */
+  /* large chunks that left the window early: freed ones unmapped before
+     their quarantine window passed, and ones the belt should carry given
+     mappings of their own (out of memory, address space or mappings;
+     default profile only, warned of once; hardening=max fails instead) */
   uint64_t window_breaks;
-  /* the belt large chunks are carved from (window_gb): its reservation, the
+  /* the belt large chunks are carved from (window_gb): the part in use, the
      window in force (bytes carved before a freed range comes back), the
      mappings its dead ranges may hold now; chunks carved fresh from it, and
      reuses that moved a freed chunk's pages to a range carved afresh */

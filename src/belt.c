@@ -1,7 +1,12 @@
 /* belt.c: the belt, large chunks' address space: a span of the layout (os.h)
- * of twice the window, cut into segments of SEG bytes, each claimed
- * PROT_NONE MAP_NORESERVE when the head first enters it and held from then
- * on, carved in address order by a head that wraps round. Invariants: the head enters
+ * cut into segments of SEG bytes, of which the first BT.len bytes (twice the
+ * window at first) are in use, doubled up to the span's length whenever a
+ * lap finds no room (live chunks pin it), so that no chunk leaves the belt
+ * for want of room. A segment is claimed PROT_NONE MAP_NORESERVE when the
+ * head first enters it and held from then on, unless a claim is refused
+ * (RLIMIT_AS): then dead segments are given back, address space only, and
+ * claimed again when the head next enters them, so a limit costs the window
+ * nothing. The head carves in address order and wraps round. Invariants: the head enters
  * a segment only if no chunk's range in it is alive (users == 0), nothing in
  * it waits to be mapped afresh (unclean == 0, busy == 0), and its last
  * chunk was freed at least a window ago (window bytes carved and
@@ -10,19 +15,19 @@
  * dead range is mapped afresh PROT_NONE (alone, or with its whole segment
  * once the segment holds no chunk) so that it merges back into the
  * reservation: the belt holds a bounded number of mappings and gives its
- * page tables back. With belt_way=move a second reservation as long, the
+ * page tables back. With belt_way=move a second span as long, the
  * mirror, holds the pages of freed chunks (the pool): a chunk's pages wait
  * at the same offset in it as its range has in the belt, so a pooled
  * chunk's place in the mirror is its own while its range is not dead, and
  * a dead range is mapped afresh in both. State under BT.lock, a leaf (taken
- * inside the secondary's); syscalls without it. Fixed state (base, mirror,
+ * inside the secondary's); syscalls without it, but the rare claims and
+ * give-backs of address space. Fixed state (base, mirror, the span's
  * length, segment table) is sealed in LF.
  */
 #include "belt.h"
 
 #include <errno.h>
 #include <stdatomic.h>
-#include <sys/resource.h>
 
 #include "large.h"
 #include "options.h"
@@ -35,6 +40,7 @@
 #define WHOLE 32     /* emptied segments waiting to be mapped afresh */
 #define GAP_PAGES 16 /* a chunk starts 1 to GAP_PAGES guard pages after the last */
 #define NOSEG SIZE_MAX
+#define GROWTH 8 /* the span holds this many times the belt's first length */
 
 typedef struct belt_seg {
   uint32_t users;       /* chunks whose range is in it and not dead */
@@ -45,6 +51,7 @@ typedef struct belt_seg {
   _Atomic uint8_t ever; /* it held a chunk (reports) */
   uint8_t whole;        /* queued for a mapping afresh of all of it */
   uint8_t claimed;      /* its address space is held (and the mirror's) */
+  uint8_t given;        /* it held chunks and its address space was given back */
 } belt_seg_t;
 
 typedef struct pend {
@@ -56,6 +63,8 @@ typedef struct pend {
 static struct {
   qm_lock_t lock;
   size_t head, headseg; /* offset of the next carve; the segment it is in, if entered */
+  size_t len, nseg;     /* bytes and segments in use, from the span's start */
+  size_t given;         /* segments that held chunks and were given back unclaimed */
   _Atomic uint64_t odo;
   pend_t pend[PEND];
   unsigned npend;
@@ -70,35 +79,20 @@ static belt_seg_t *seg_at(size_t s) {
 }
 static size_t seg_of(uintptr_t a) { return (a - LF.belt_base) >> SEG_SHIFT; }
 
-/* The window in force, in bytes: window_gb, at most half the reservation so
- * that the head always finds room a window behind it. */
+/* The window in force, in bytes: window_gb, at most half the belt in use
+ * so that the head always finds room a window behind it. */
 static uint64_t window_bytes(void) {
-  uint64_t w = (uint64_t)qm__opt.window_gb << 30, half = LF.belt_len / 2;
+  uint64_t w = (uint64_t)qm__opt.window_gb << 30, half = BT.len / 2;
   return w < half ? w : half;
 }
 
-/* The reservation: twice the window, less where RLIMIT_AS leaves less (a
- * quarter of what is left under it, so that the program keeps the rest;
- * the belt and its mirror share that quarter), halved while the kernel
- * refuses it (a 47-bit address space holds 128 TiB; an emulator may hold
- * less). */
-static size_t reservation_bytes(bool mirror) {
-  size_t want = (size_t)qm__opt.window_gb << 31;
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-    char buf[64];
-    long long vm = 0;
-    if (qm_os_read_file("/proc/self/statm", buf, sizeof buf) > 0)
-      for (const char *c = buf; *c >= '0' && *c <= '9'; c++)
-        vm = vm * 10 + (*c - '0');
-    size_t used = (size_t)vm << qm__page_shift;
-    size_t left = rl.rlim_cur > used ? (size_t)rl.rlim_cur - used : 0;
-    size_t share = left / 4 / (mirror ? 2 : 1);
-    if (want > share)
-      want = share;
-  }
-  return want & ~(SEG - 1);
-}
+/* The belt's first length: twice the window. Address space only, claimed
+ * segment by segment as the head enters it, so RLIMIT_AS does not shrink
+ * it (it did while the belt was mapped whole at start: at RLIMIT_AS = 1 GiB
+ * it got a quarter of the rest, under its 256 MiB floor, and was off, every
+ * chunk reused in place after quarantine_min_frees); a limit meets a claim,
+ * and give_back() makes room. */
+static size_t reservation_bytes(void) { return ((size_t)qm__opt.window_gb << 31) & ~(SEG - 1); }
 
 /* len bytes of the layout (os.h) at a segment-aligned address, so that a
  * segment mapped afresh frees whole page tables (and a huge page's place in
@@ -120,8 +114,11 @@ static bool claim_run(size_t s, size_t n) {
     qm_os_unmap((void *)(LF.belt_base + off), len);
     return false;
   }
-  for (size_t k = s; k < s + n; k++)
+  for (size_t k = s; k < s + n; k++) {
+    BT.given -= seg_at(k)->given;
     seg_at(k)->claimed = 1;
+    seg_at(k)->given = 0;
+  }
   nclaimed += n;
   return true;
 }
@@ -129,40 +126,99 @@ static bool claim(size_t s) {
   if (seg_at(s)->claimed)
     return true;
   size_t n = 1, most = nclaimed < 64 ? (nclaimed ? nclaimed : 1) : 64;
-  while (n < most && s + n < LF.belt_nseg && !seg_at(s + n)->claimed)
+  while (n < most && s + n < BT.nseg && !seg_at(s + n)->claimed)
     n++;
   return claim_run(s, n) || (n > 1 && claim_run(s, 1));
+}
+
+/* Gives the address space of dead segments back (under BT.lock, where a
+ * claim was refused: rare): segments no live chunk's range is in, nothing
+ * queued in or in flight over, not the head's and not [lo, hi], the ones
+ * the carve in progress enters. They keep their window (free_odo,
+ * free_seq, ever); the head claims them again when it enters them. Nothing
+ * else maps there meanwhile (the layout lies far below where the kernel
+ * puts mappings of its choosing: os.c), and a dangling pointer into one
+ * faults with the same report. Returns whether any went. */
+static bool give_back(size_t lo, size_t hi) {
+  bool any = false;
+  for (size_t s = 0; s < BT.nseg; s++) {
+    belt_seg_t *g = seg_at(s);
+    if (!g->claimed || g->users || g->busy || g->unclean || g->whole || s == BT.headseg ||
+        (s >= lo && s <= hi))
+      continue;
+    qm_os_unmap((void *)(LF.belt_base + (s << SEG_SHIFT)), SEG);
+    if (LF.belt_mirror)
+      qm_os_unmap((void *)(LF.belt_mirror + (s << SEG_SHIFT)), SEG);
+    g->claimed = 0;
+    nclaimed--;
+    g->given = atomic_load_explicit(&g->ever, memory_order_relaxed);
+    BT.given += g->given;
+    any = true;
+  }
+  return any;
+}
+
+/* Claims segments [lo, hi] for a carve, giving dead ones back first where
+ * the address space is refused. */
+static bool claim_all(size_t lo, size_t hi) {
+  for (size_t k = lo; k <= hi; k++)
+    if (!claim(k) && !(give_back(lo, hi) && claim(k)))
+      return false;
+  return true;
+}
+
+/* Doubles the belt in use, up to the span (under BT.lock): a lap found no
+ * room, every segment pinned by live chunks or in its window. The head goes
+ * to the first new segment, which never held a chunk. */
+static bool grow(void) {
+  if (BT.nseg >= LF.belt_nseg)
+    return false;
+  size_t n = BT.nseg * 2 < LF.belt_nseg ? BT.nseg * 2 : LF.belt_nseg;
+  BT.head = BT.len;
+  BT.nseg = n;
+  BT.len = n << SEG_SHIFT;
+  return true;
 }
 
 void qm__belt_init(bool mirror) {
   if (!qm__opt.window_gb || LF.belt_base)
     return;
-  for (size_t len = reservation_bytes(mirror); len >= MIN_SEGS * SEG;
-       len = (len / 2) & ~(SEG - 1)) {
-    size_t nseg = len >> SEG_SHIFT;
-    void *segs;
-    if (qm_os_map_guarded(qm_page_up(nseg * sizeof(belt_seg_t)), QM_PROT_RW, &segs))
-      return;
-    uintptr_t b = reserve_aligned(len), m = b && mirror ? reserve_aligned(len) : 0;
-    if (b && (m || !mirror)) {
-      LF.belt_base = b;
-      LF.belt_mirror = m;
-      LF.belt_len = len;
-      LF.belt_nseg = nseg;
-      LF.belt_seg = segs;
-      /* the head starts at a random segment: where the first chunks lie is
-       * not known from the reservation's address */
-      BT.head = (size_t)qm_rng_below(&BT.rng, (uint32_t)(nseg < UINT32_MAX ? nseg : UINT32_MAX))
-                << SEG_SHIFT;
-      return;
+  /* the span holds GROWTH times the first length, less where the layout
+   * has no room for that; the segment table covers the span (24 bytes a
+   * 16 MiB segment: 1.5 MiB of address space for 1 TiB, its pages touched
+   * as the belt grows into them) */
+  for (size_t len = reservation_bytes(); len >= MIN_SEGS * SEG; len = (len / 2) & ~(SEG - 1))
+    for (size_t span = len * GROWTH; span >= len; span /= 2) {
+      size_t nseg = span >> SEG_SHIFT;
+      void *segs;
+      if (qm_os_map_guarded(qm_page_up(nseg * sizeof(belt_seg_t)), QM_PROT_RW, &segs))
+        return;
+      uintptr_t b = reserve_aligned(span), m = b && mirror ? reserve_aligned(span) : 0;
+      if (b && (m || !mirror)) {
+        LF.belt_base = b;
+        LF.belt_mirror = m;
+        LF.belt_len = span;
+        LF.belt_nseg = nseg;
+        LF.belt_seg = segs;
+        BT.len = len;
+        BT.nseg = len >> SEG_SHIFT;
+        /* the head starts at a random segment: where the first chunks lie
+         * is not known from the reservation's address */
+        BT.head =
+            (size_t)qm_rng_below(&BT.rng, (uint32_t)(BT.nseg < UINT32_MAX ? BT.nseg : UINT32_MAX))
+            << SEG_SHIFT;
+        return;
+      }
+      qm_os_unmap_guarded(segs, qm_page_up(nseg * sizeof(belt_seg_t)));
     }
-    qm_os_unmap_guarded(segs, qm_page_up(nseg * sizeof(belt_seg_t)));
-  }
 }
 
 void qm__belt_prefill(void) {
+  qm_lock(&BT.lock);
+  size_t n = BT.nseg;
+  qm_unlock(&BT.lock);
   if (LF.belt_base)
-    qm_os_populate(LF.belt_seg, qm_page_up(LF.belt_nseg * sizeof(belt_seg_t)));
+    qm_os_populate(LF.belt_seg, qm_page_up(n * sizeof(belt_seg_t)));
 }
 
 bool qm__belt_on(void) { return LF.belt_base && qm__opt.window_gb; }
@@ -222,64 +278,72 @@ bool qm__belt_carve(size_t usable_len, size_t align, uint64_t frees, qm_range_t 
   size_t pg = qm__page;
   if (align < pg)
     align = pg;
-  if (usable_len > LF.belt_len / 4 || align > SEG)
-    return false;
   qm_lock(&BT.lock);
   size_t gap = (1 + qm_rng_below(&BT.rng, GAP_PAGES)) * pg;
-  /* at most a lap and a segment: every segment is tried once */
-  for (size_t tries = 0; tries <= LF.belt_nseg + 1; tries++) {
-    uintptr_t start = LF.belt_base + BT.head;
-    uintptr_t usable = qm_align_up(start + gap, align);
-    uintptr_t end = usable + usable_len + pg;
-    if (end > LF.belt_base + LF.belt_len) { /* round to the start */
-      leave_head();
-      BT.head = 0;
+  /* a lap, and a segment: every segment is tried once; where none has room,
+   * the belt grows and the head tries the new ones */
+  do {
+    if (usable_len > BT.len / 4 || align > BT.len / 4)
       continue;
-    }
-    size_t first = seg_of(start), last = seg_of(end - 1);
-    size_t s = first == BT.headseg ? first + 1 : first, lo = s;
-    for (; s <= last; s++)
-      if (!enterable(s, frees))
-        break;
-    /* the address space of the segments it enters, held from now on;
-     * where a limit refuses it (RLIMIT_AS lowered), no chunk from the belt */
-    for (size_t k = first; s > last && k <= last; k++)
-      if (!claim(k)) {
+    for (size_t tries = 0; tries <= BT.nseg + 1; tries++) {
+      uintptr_t head = LF.belt_base + BT.head;
+      uintptr_t usable = qm_align_up(head + gap, align);
+      /* an alignment past a segment (aligned_alloc(32 MiB, ...)) starts
+       * the range at its leading guard: the segments skipped to reach the
+       * alignment are not entered, so they pin nothing and their windows
+       * run on; within a segment the padding stays the chunk's range */
+      uintptr_t start = align > SEG ? usable - gap : head;
+      uintptr_t end = usable + usable_len + pg;
+      if (end > LF.belt_base + BT.len) { /* round to the start */
+        leave_head();
+        BT.head = 0;
+        continue;
+      }
+      size_t first = seg_of(start), last = seg_of(end - 1);
+      size_t s = first == BT.headseg ? first + 1 : first, lo = s;
+      for (; s <= last; s++)
+        if (!enterable(s, frees))
+          break;
+      if (s <= last) { /* skip past the segment it may not enter */
+        leave_head();
+        BT.head = (s + 1) << SEG_SHIFT;
+        if (BT.head >= BT.len)
+          BT.head = 0;
+        continue;
+      }
+      /* the address space of the segments it enters, held from now on;
+       * where a limit refuses it even once dead segments are given back,
+       * no chunk from the belt */
+      if (!claim_all(first, last)) {
         qm_unlock(&BT.lock);
         return false;
       }
-    if (s <= last) { /* skip past the segment it may not enter */
-      leave_head();
-      BT.head = (s + 1) << SEG_SHIFT;
-      if (BT.head >= LF.belt_len)
-        BT.head = 0;
-      continue;
+      /* the new chunk counts in its segments before the head leaves its
+       * own: leave_head() queues that segment to be mapped afresh whole if
+       * its chunks are all dead and one waits to be mapped afresh, and the
+       * new chunk may begin in it. The other way round, the mapping afresh
+       * took a live chunk's first pages (the API fuzzer's SEGV reading one) */
+      for (s = first; s <= last; s++) {
+        seg_at(s)->users++;
+        atomic_store_explicit(&seg_at(s)->ever, 1, memory_order_relaxed);
+      }
+      if (last != BT.headseg)
+        leave_head();
+      *evict_lo = LF.belt_base + (lo << SEG_SHIFT);
+      *evict_hi = lo <= last ? LF.belt_base + ((last + 1) << SEG_SHIFT) : *evict_lo;
+      BT.headseg = last;
+      BT.head = end - LF.belt_base;
+      /* near its segment's end, the head claims the next one ahead: what
+       * lies right after the last chunk is then the belt's, whatever the
+       * process maps meanwhile (a failure here is met again at entry) */
+      if (SEG - (BT.head & (SEG - 1)) <= SEG / 4 && last + 1 < BT.nseg)
+        claim(last + 1);
+      atomic_store_explicit(&BT.odo, BT.odo + (end - start), memory_order_relaxed);
+      qm_unlock(&BT.lock);
+      *out = (qm_range_t){.base = start, .usable = usable, .span = end - start};
+      return true;
     }
-    /* the new chunk counts in its segments before the head leaves its own:
-     * leave_head() queues that segment to be mapped afresh whole if its
-     * chunks are all dead and one waits to be mapped afresh, and the new
-     * chunk may begin in it. The other way round, the mapping afresh took
-     * a live chunk's first pages (the API fuzzer's SEGV reading one) */
-    for (s = first; s <= last; s++) {
-      seg_at(s)->users++;
-      atomic_store_explicit(&seg_at(s)->ever, 1, memory_order_relaxed);
-    }
-    if (last != BT.headseg)
-      leave_head();
-    *evict_lo = LF.belt_base + (lo << SEG_SHIFT);
-    *evict_hi = lo <= last ? LF.belt_base + ((last + 1) << SEG_SHIFT) : *evict_lo;
-    BT.headseg = last;
-    BT.head = end - LF.belt_base;
-    /* near its segment's end, the head claims the next one ahead: what
-     * lies right after the last chunk is then the belt's, whatever the
-     * process maps meanwhile (a failure here is met again at entry) */
-    if (SEG - (BT.head & (SEG - 1)) <= SEG / 4 && last + 1 < LF.belt_nseg)
-      claim(last + 1);
-    atomic_store_explicit(&BT.odo, BT.odo + (end - start), memory_order_relaxed);
-    qm_unlock(&BT.lock);
-    *out = (qm_range_t){.base = start, .usable = usable, .span = end - start};
-    return true;
-  }
+  } while (grow());
   qm_unlock(&BT.lock);
   return false;
 }
@@ -402,11 +466,14 @@ bool qm__belt_holds(uintptr_t a, bool *ever) {
 
 void qm__belt_stats(uint64_t *reserved, uint64_t *window, uint64_t *maps) {
   qm_lock(&BT.lock);
-  *reserved = LF.belt_len;
+  *reserved = BT.len;
   *window = LF.belt_base ? window_bytes() : 0;
-  /* the reservation's own pieces, the queued ranges (a range left by a
-   * move may be two), the queued segments; as many again in the mirror */
-  *maps = LF.belt_base ? (1 + 2 * (uint64_t)BT.npend + BT.nwhole) * (LF.belt_mirror ? 2 : 1) : 0;
+  /* the reservation's own pieces (one more for each segment given back
+   * between claimed ones), the queued ranges (a range left by a move may be
+   * two), the queued segments; as many again in the mirror */
+  *maps = LF.belt_base
+              ? (1 + BT.given + 2 * (uint64_t)BT.npend + BT.nwhole) * (LF.belt_mirror ? 2 : 1)
+              : 0;
   qm_unlock(&BT.lock);
 }
 

@@ -14,10 +14,11 @@
 
 #include "strategy.h"
 
-/* Reserves the belt, as window_gb asks and RLIMIT_AS allows (at the
+/* Takes the belt's span of the layout, as window_gb asks (at the
  * secondary's set-up, under its init lock), and with mirror the pool's
- * mirror of it. Nothing if window_gb is 0, or where not even a small
- * reservation can be had. */
+ * mirror of it: address space only, claimed as the head enters it, so
+ * RLIMIT_AS does not shrink it. Nothing if window_gb is 0, or where the
+ * layout has not even room for a small one. */
 void qm__belt_init(bool mirror);
 /* Faults the segment table in at once (the secondary's prefill, once the
  * program churns large chunks): else the head faults a page of it in every
@@ -30,8 +31,11 @@ bool qm__belt_on(void);
  * no page in it, and its only segments never held a chunk or last held one
  * freed at least a window ago (in bytes carved since and in `frees`, the
  * large frees counted so far). *evict_lo/hi: the addresses of segments it
- * entered, whose dead records must be forgotten now. False when no room
- * fits: the caller maps the chunk on its own. */
+ * entered, whose dead records must be forgotten now. Any alignment up to
+ * a quarter of the belt. Where a lap finds no room, the belt grows, up to
+ * its span; where a limit refuses the address space, dead segments are
+ * given back first. False when no room fits even so: the chunk cannot keep
+ * the window (the caller counts it, or fails under hardening=max). */
 bool qm__belt_carve(size_t usable_len, size_t align, uint64_t frees, qm_range_t *out,
                     uintptr_t *evict_lo, uintptr_t *evict_hi);
 /* The bytes carved so far: the clock a range's window is read on. */
@@ -58,7 +62,7 @@ void qm__belt_tidy(void);
 /* Whether a is in the belt; *ever: in a segment that held chunks. Lock-free,
  * for reports. */
 bool qm__belt_holds(uintptr_t a, bool *ever);
-/* The reservation, the window in force, and the mappings the belt's dead
+/* The belt in use, the window in force, and the mappings the belt's dead
  * ranges may hold now (an upper bound). */
 void qm__belt_stats(uint64_t *reserved, uint64_t *window, uint64_t *maps);
 

@@ -36,7 +36,8 @@ static struct {
   qm_rng_t rng;                     /* the reuse choice */
   size_t qcount, qpages, qresident; /* chunks, usable pages, resident pages */
   size_t ltail; /* resident pages live chunks hold past their RW part (the budget counts them) */
-  /* quarantined chunks unmapped before their window passed: only out of
+  /* quarantined chunks unmapped before their window passed, and chunks
+   * the belt should carry mapped on their own (secondary.c): only out of
    * address space, memory or mappings, only in the default profile */
   uint64_t window_breaks;
 } Q;
@@ -565,7 +566,8 @@ void qm__q_breach_warn(void) {
   qm_buf_t b;
   b.n = 0;
   qm_buf_str(&b, "out of memory, address space or mappings: freed large chunks unmapped before "
-                 "their quarantine window passed (see window_breaks in the stats; "
+                 "their quarantine window passed, or large chunks given mappings of their own "
+                 "off the belt, reused sooner (see window_breaks in the stats; "
                  "hardening=max fails the request instead)");
   qm__warn_buf(&b);
 }

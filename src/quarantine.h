@@ -19,7 +19,8 @@ void qm__q_init(void);
  * taken off when it is freed or resized. */
 void qm__q_tail_add(size_t pages);
 void qm__q_tail_sub(size_t pages);
-/* A freed chunk was unmapped before its window passed (window_breaks). */
+/* A chunk left the window early (window_breaks): a freed one unmapped
+ * before its window passed, or one the belt should carry mapped on its own. */
 void qm__q_window_broken(void);
 /* Its counts: chunks, bytes, resident bytes, window breaks. */
 struct qm_stats;

@@ -34,8 +34,9 @@ typedef struct qm_large_fixed {
   uint32_t *qring;
   size_t map_budget; /* mappings the large quarantine may add */
   size_t thp_size;   /* PMD size where THP can be had, else 0 */
-  /* the belt (belt.c): its reservation, 0 without one; its segments; the
-   * pool's mirror of it (belt_way=move), 0 without one */
+  /* the belt (belt.c): its span, 0 without one (the whole it may grow to;
+   * the part in use is the belt's own state); its segments; the pool's
+   * mirror of it (belt_way=move), 0 without one */
   uintptr_t belt_base, belt_mirror;
   size_t belt_len, belt_nseg;
   struct belt_seg *belt_seg;

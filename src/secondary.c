@@ -794,15 +794,32 @@ static void *gather_reuse(gather_t *g, size_t size, unsigned ashift, size_t page
   return hand_out_unlock(j, size, ashift, need, lead, zero, true, t, work);
 }
 
+/* A chunk the belt should carry takes a mapping of its own (no room on the
+ * belt even grown, or its address space refused under RLIMIT_AS): its
+ * range would come back after quarantine_min_frees, inside the window.
+ * Under hardening=max the request fails instead (false); else the break is
+ * counted in window_breaks (under S.lock, as the quarantine's) and warned
+ * of once. */
+static bool may_leave_window(void) { return qm__opt.hardening != QM_HARDENING_MAX; }
+static void left_window(void) {
+  qm_lock(&S.lock);
+  qm__q_window_broken();
+  qm_unlock(&S.lock);
+  qm__q_breach_warn();
+}
+
 static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_t align, bool zero,
                    bool noreuse, const trace_t *t) {
   bool huge;
   size_t cap = shape(need, noreuse, &align, &huge);
-  if (use_belt(cap, noreuse)) {
+  bool off_belt = use_belt(cap, noreuse);
+  if (off_belt) {
     enforce_all(0);
     void *p = fresh_belt(size, ashift, need, lead, align, zero, cap, huge, t);
     if (p)
       return p;
+    if (!may_leave_window())
+      return fail_enomem();
   }
   enforce_all(3);
   qm_range_t r;
@@ -835,6 +852,8 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
   }
   publish_fresh(i, &r, cap, need, lead, (uint8_t)((noreuse ? F_NOREUSE : 0) | (huge ? F_HUGE : 0)));
   qm_unlock(&S.lock);
+  if (off_belt)
+    left_window();
   return hand_out(i, size, ashift, need, lead, zero, false, t);
 }
 
@@ -1149,21 +1168,26 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
   bool huge = want_thp(cap);
   bool noreuse = cap << qm__page_shift >= qm__opt.unmap_threshold_mb << 20;
   qm_range_t r;
-  bool belt = false;
-  if (use_belt(cap, noreuse)) { /* the new range from the belt, with its own record */
+  bool belt = false, off_belt = use_belt(cap, noreuse);
+  if (off_belt) { /* the new range from the belt, with its own record */
     qm_lock(&S.lock);
     uint32_t k = carve_locked(cap, huge ? LF.thp_size : 0, &r);
     if (k != NIL) {
       qm__rec_free(i);
       i = k;
       belt = true;
+    } else if (!may_leave_window()) {
+      qm__rec_free(i);
+      qm_unlock(&S.lock);
+      return NULL;
     }
     qm_unlock(&S.lock);
   }
   int err = 0;
-  if (!belt)
+  if (!belt) {
     err = qm__range_map(LF.strategy, cap << qm__page_shift, huge ? LF.thp_size : 0, 0,
                         thp_advice(cap), &r);
+  }
   bool mapped = !belt && !err;
   size_t moved = o->map.rw << qm__page_shift;
   bool revived = false;
@@ -1198,6 +1222,8 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
     qm_unlock(&S.lock);
     return NULL;
   }
+  if (off_belt && !belt)
+    left_window();
   qm_lock(&S.lock);
   qm__tab_reserve();
   block_t *b = B(i);

@@ -222,6 +222,9 @@ __attribute__((destructor)) static void stats_at_exit(void) {
   row("quarantine chunks", s.quarantine_chunks, "bytes", s.quarantine_bytes, "resident bytes",
       s.quarantine_resident_bytes, NULL, 0);
   row("quarantine unmapped", s.unmaps, "pages dropped", s.drops, NULL, 0, NULL, 0);
+  /* the window's promise, and what it rides on (zero breaks is the promise kept) */
+  row("window breaks", s.window_breaks, "belt bytes", s.belt_reserved_bytes, "window bytes",
+      s.belt_window_bytes, NULL, 0);
   row("faults avoided", s.faults_avoided, NULL, 0, NULL, 0, NULL, 0);
   row("mappings", s.mappings_estimate, "peak", qm__large_mappings_peak(), "budget",
       s.mappings_budget, NULL, 0);
