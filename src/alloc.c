@@ -314,6 +314,7 @@ QM_EXPORT void *qm_pvalloc(size_t n) {
  * not a live chunk, naming op. */
 typedef struct held {
   size_t size, usable;
+  size_t align;         /* asked for at allocation, 16 for malloc's; 0: not recorded */
   qm_chunk_kind_t kind; /* for the report */
   bool large;
 } held_t;
@@ -322,21 +323,22 @@ static held_t held_of(qm_op_t op, void *p) {
   uintptr_t off = (uintptr_t)p - qm__pbase;
   if (off < qm__pspan) {
     if ((off >> qm__rshift) == QM_ZCLASS)
-      return (held_t){qm__zero_check(op, p), 0, QM_CK_ZERO, false};
+      return (held_t){qm__zero_check(op, p), 0, QM_MIN_ALIGN, QM_CK_ZERO, false};
     unsigned c;
     uint64_t *e, w;
     qm__small_check(op, p, off, &c, &e, &w);
-    return (held_t){qm_e_size(w), qm_e_size(w), QM_CK_SMALL, false};
+    return (held_t){qm_e_size(w), qm_e_size(w), qm_e_align(w), QM_CK_SMALL, false};
   }
   if (qm__boot_owns(p)) {
     size_t n = qm__boot_size(p, op);
-    return (held_t){n, n, QM_CK_BOOT, false};
+    return (held_t){n, n, QM_MIN_ALIGN, QM_CK_BOOT, false};
   }
   if (qm_guarded_owns(p)) {
-    size_t n = qm__guarded_size(p, op);
-    return (held_t){n, n, QM_CK_SAMPLED, false};
+    size_t align, n = qm__guarded_size(p, op, &align);
+    return (held_t){n, n, align, QM_CK_SAMPLED, false};
   }
-  return (held_t){qm__large_size(p, op), qm__large_usable(p, op), QM_CK_LARGE, true};
+  size_t align, n = qm__large_held(p, op, &align);
+  return (held_t){n, qm__large_usable(p, op), align, QM_CK_LARGE, true};
 }
 
 QM_EXPORT size_t qm_malloc_usable_size(void *p) {
@@ -358,33 +360,12 @@ static bool size_names(size_t held, size_t passed, size_t align, bool cxx) {
 }
 
 /* Whether an alignment passed to an aligned free names the one chunk p
- * was allocated with; up to 16 all name malloc's natural one. A power of two
- * that p is aligned to, and then:
- *  - large chunks: exactly the alignment recorded at allocation;
- *  - small chunks of the class regions: for more than 16, the class an
- *    allocation of n bytes so aligned takes (small_alloc_plain never falls
- *    back to another for those); for 16 or less nothing more (a plain
- *    chunk may sit in a larger class than its size's, so one allocated
- *    over-aligned and freed as plain is not told apart);
- *  - zero-size and start-up chunks: never over-aligned;
- *  - guarded slots: the pointer's alignment only. */
-static bool align_names(void *p, size_t n, size_t align, bool large) {
-  if (!qm_is_pow2(align) || ((uintptr_t)p & (align - 1)))
-    return false;
-  size_t a = align > QM_MIN_ALIGN ? align : QM_MIN_ALIGN;
-  uintptr_t off = (uintptr_t)p - qm__pbase;
-  if (large) {
-    size_t had;
-    qm__large_held(p, QM_OP_FREE, &had);
-    return had == a;
-  }
-  if (off < qm__pspan) {
-    unsigned c = (unsigned)(off >> qm__rshift);
-    if (c == QM_ZCLASS || a == QM_MIN_ALIGN)
-      return a == QM_MIN_ALIGN;
-    return aligned_is_small(n, a) && qm_class_of(aligned_req(n, a)) == c;
-  }
-  return qm_guarded_owns(p) || a == QM_MIN_ALIGN; /* else a start-up chunk */
+ * was allocated with: a power of two, exactly the alignment recorded at
+ * allocation (every kind records it; zero-size and start-up chunks are
+ * never over-aligned); up to 16 all name malloc's natural one. A chunk
+ * that happens to sit on a larger boundary was not asked for it. */
+static bool align_names(size_t align, const held_t *h) {
+  return qm_is_pow2(align) && (align > QM_MIN_ALIGN ? align : QM_MIN_ALIGN) == h->align;
 }
 
 void qm__free_checked(const char *call, void *p, size_t align, size_t size, unsigned how) {
@@ -393,9 +374,9 @@ void qm__free_checked(const char *call, void *p, size_t align, size_t size, unsi
   held_t h = held_of(QM_OP_FREE, p);
   bool sized = how & QM_FREE_SIZED, aligned = how & QM_FREE_ALIGNED;
   if ((sized && !size_names(h.size, size, align, how & QM_FREE_CXX)) ||
-      (aligned && !align_names(p, h.size, align, h.large))) {
+      (aligned && !align_names(align, &h))) {
     qm_kept_t k;
-    qm__report_size_mismatch(call, p, sized, size, aligned, align, h.kind, h.size,
+    qm__report_size_mismatch(call, p, sized, size, aligned, align, h.kind, h.size, h.align,
                              h.kind == QM_CK_LARGE ? qm__large_kept((uintptr_t)p, &k) : NULL);
   }
   qm_free(p);

@@ -35,6 +35,7 @@ enum { GF_DIRTY = 1, GF_MARKED = 2, GF_OPEN = 4 };
 typedef struct gslot {
   uint32_t size, lead; /* requested bytes; user pointer - first data byte */
   uint8_t state, flags;
+  uint8_t ashift; /* log2 of the alignment asked for; 0: malloc's */
 } gslot_t;
 
 /* A class's changing state; its shape (region, slot size, record and ring
@@ -331,6 +332,7 @@ void *qm__guarded_alloc(size_t n, size_t align) {
   s->flags = 0;
   s->size = (uint32_t)n;
   s->lead = (uint32_t)(u - data);
+  s->ashift = align > QM_MIN_ALIGN ? (uint8_t)__builtin_ctzll(align) : 0;
   G.live++;
   G.live_bytes += n;
   G.allocs++;
@@ -436,11 +438,13 @@ void qm__guarded_free(void *p, qm_op_t op) {
   qm_unlock(&G.lock);
 }
 
-size_t qm__guarded_size(void *p, qm_op_t op) {
+size_t qm__guarded_size(void *p, qm_op_t op, size_t *align) {
   gclass_t *c;
   uint32_t i;
   qm_lock(&G.lock);
-  size_t n = live_locked((uintptr_t)p, op, &c, &i)->size;
+  const gslot_t *s = live_locked((uintptr_t)p, op, &c, &i);
+  size_t n = s->size;
+  *align = s->ashift ? (size_t)1 << s->ashift : QM_MIN_ALIGN;
   qm_unlock(&G.lock);
   return n;
 }

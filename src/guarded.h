@@ -46,8 +46,9 @@ bool qm__sample_due(void);
 void *qm__guarded_alloc(size_t n, size_t align);
 /* Frees a pointer qm_guarded_owns(); reports a bad one as op. */
 void qm__guarded_free(void *p, qm_op_t op);
-/* The requested size of a live guarded chunk; reports as op otherwise. */
-size_t qm__guarded_size(void *p, qm_op_t op);
+/* The requested size of a live guarded chunk, and in *align the alignment
+ * it was asked for (16 for malloc's); reports as op otherwise. */
+size_t qm__guarded_size(void *p, qm_op_t op, size_t *align);
 /* Bytes from a to the end of the live chunk holding it; 0 elsewhere. */
 size_t qm__guarded_object_size(uintptr_t a);
 /* The sampled slots' side of qm__describe(); lock-free, allocation-free. */

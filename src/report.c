@@ -337,7 +337,8 @@ _Noreturn void qm__report_write_after_free(uintptr_t ch, size_t class_bytes, siz
 
 _Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, bool sized,
                                         size_t passed, bool aligned, size_t align,
-                                        qm_chunk_kind_t kind, size_t held, const qm_kept_t *kept) {
+                                        qm_chunk_kind_t kind, size_t held, size_t held_align,
+                                        const qm_kept_t *kept) {
   qm_buf_t d;
   d.n = 0;
   qm_buf_str(&d, "passed ");
@@ -353,6 +354,10 @@ _Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, bool 
   qm_buf_str(&d, chunk_name(kind));
   qm_buf_str(&d, " chunk holds ");
   qm_buf_dec(&d, held);
+  if (aligned) {
+    qm_buf_str(&d, " aligned to ");
+    qm_buf_dec(&d, held_align);
+  }
   head_t h = {
       .kind = {"size mismatch in ", call}, .join = " of", .ptr = ptr, .details = &d, .kept = kept};
   fatal(&h);

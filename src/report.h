@@ -62,12 +62,12 @@ _Noreturn void qm__report_small_overflow(const void *p, qm_chunk_kind_t kind, si
 _Noreturn void qm__report_write_after_free(uintptr_t ch, size_t class_bytes, size_t at,
                                            unsigned byte) QM_COLD;
 /* free_sized() (call names it) with a size or alignment the chunk (holding
- * `held` requested bytes) was not allocated with; sized and aligned say
- * which of passed and align were passed; kept: a large chunk's kept stacks,
- * or NULL. */
+ * `held` requested bytes, asked aligned to held_align)
+ * was not allocated with; sized and aligned say which of passed and align
+ * were passed; kept: a large chunk's kept stacks, or NULL. */
 _Noreturn void qm__report_size_mismatch(const char *call, const void *ptr, bool sized,
                                         size_t passed, bool aligned, size_t align,
-                                        qm_chunk_kind_t kind, size_t held,
+                                        qm_chunk_kind_t kind, size_t held, size_t held_align,
                                         const qm_kept_t *kept) QM_COLD;
 /* An entry of a small-chunk free list (of the class of class_bytes) that is
  * not a free chunk of that class: "corrupted free list". */

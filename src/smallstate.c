@@ -351,7 +351,7 @@ QM_INLINE void *hand_out(uintptr_t s, unsigned c, size_t n, size_t align) {
   uint64_t gen = qm_e_gen(w);
   /* a thread with no cache owns nothing: any thread may free this chunk,
    * by compare-and-swap */
-  qm_entry_store(e, qm_e_make(QM_CHUNK_ALLOC, my_id(), gen, user - ch, n));
+  qm_entry_store(e, qm_e_make(QM_CHUNK_ALLOC, my_id(), gen, user - ch, n) | qm_e_align_code(align));
   qm_store8(user + n, qm_canary(ch, gen, c));
   return (void *)user;
 }
@@ -362,7 +362,8 @@ void *qm__small_hand_out(uintptr_t s, unsigned c, size_t n, size_t align) {
 
 bool qm__small_resize(void *p, uintptr_t ch, unsigned c, uint64_t *e, uint64_t w, size_t n) {
   unsigned owner = qm_e_owner(w);
-  uint64_t nw = (w & ~QM_E_SIZE) | n;
+  /* realloc hands out malloc's kind of chunk, as a move would */
+  uint64_t nw = (w & ~(QM_E_SIZE | QM_E_ALIGN)) | n;
   if (owner && owner == my_id())
     qm_entry_store(e, nw);
   else if (owner ||
@@ -931,11 +932,11 @@ QM_INLINE bool free_checked(uintptr_t a, uintptr_t off) {
   /* the live neighbours this thread owns (a dead slot beside a guard page
    * is never carved: its entry stays NONE); their canaries' lines start
    * coming now */
-  const uint64_t live = mine & (QM_E_STATE | QM_E_OWNER);
+  const uint64_t live = mine & (QM_E_STATE | QM_E_ID);
   uint64_t lw = roff >= size ? qm_entry_load(e - 1) : 0;
   uint64_t rw = roff + 2 * size <= top ? qm_entry_load(e + 1) : 0;
-  bool lhas = (lw & (QM_E_STATE | QM_E_OWNER)) == live;
-  bool rhas = (rw & (QM_E_STATE | QM_E_OWNER)) == live;
+  bool lhas = (lw & (QM_E_STATE | QM_E_ID)) == live;
+  bool rhas = (rw & (QM_E_STATE | QM_E_ID)) == live;
   /* each side by name, not in arrays: looped over, they went through the
    * stack */
   uintptr_t lend = a - size + qm_e_offset(lw) + qm_e_size(lw);

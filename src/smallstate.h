@@ -2,7 +2,8 @@
  * region has a table with one 64-bit entry per chunk slot (entry i is the
  * chunk at region + i * size), in a reservation of its own between guard
  * pages, committed as the region is carved: state, requested size, alignment
- * offset, owning thread and a generation (entry.h: the format). Nothing inside a chunk is
+ * offset and asked-for alignment, owning thread and a generation (entry.h:
+ * the format). Nothing inside a chunk is
  * allocator state, so nothing a program writes into its heap is trusted.
  * Invariants: only the owning thread writes an entry of a chunk it owns,
  * with plain stores, but for one compare-and-swap ALLOC -> SENT by a thread

@@ -171,9 +171,11 @@ TEST(ApiDeathTest, FreeSizedChecksTheExactSize) {
       "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_sized"),
                      "passed 200001 bytes, large chunk holds 200000") "\n" QM_CALL QM_ALLOCATED);
   void *r = qm_aligned_alloc(64, 40);
-  EXPECT_DEATH(qm_free_aligned_sized(r, 64, 48),
-               "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_aligned_sized"),
-                              "passed 48 bytes, alignment 64, small chunk holds 40") "\n" QM_END);
+  EXPECT_DEATH(
+      qm_free_aligned_sized(r, 64, 48),
+      "^" QM_LINE_OF(
+          QM_K_SIZE_MISMATCH("free_aligned_sized"),
+          "passed 48 bytes, alignment 64, small chunk holds 40 aligned to 64") "\n" QM_END);
   qm_free_sized(p, 100);
   qm_free_sized(q, 200000);
   qm_free_aligned_sized(r, 64, 40);
@@ -214,11 +216,10 @@ TEST(ApiDeathTest, FreeSizedOfSizeMaxIsReported) {
           QM_K_SIZE_MISMATCH("free_sized"),
           "passed 18446744073709551615 bytes, large chunk holds 200000") "\n" QM_CALL QM_ALLOCATED);
   void *r = qm_aligned_alloc(64, 40);
-  EXPECT_DEATH(
-      qm_free_aligned_sized(r, 64, SIZE_MAX),
-      "^" QM_LINE_OF(
-          QM_K_SIZE_MISMATCH("free_aligned_sized"),
-          "passed 18446744073709551615 bytes, alignment 64, small chunk holds 40") "\n" QM_END);
+  EXPECT_DEATH(qm_free_aligned_sized(r, 64, SIZE_MAX),
+               "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_aligned_sized"),
+                              "passed 18446744073709551615 bytes, alignment 64, small chunk holds "
+                              "40 aligned to 64") "\n" QM_END);
   qm_free_sized(p, 100);
   qm_free_sized(q, 200000);
   qm_free_aligned_sized(r, 64, 40);
@@ -229,18 +230,18 @@ TEST(ApiDeathTest, FreeSizedOfSizeMaxIsReported) {
 // not a power of two, are reported, small and large.
 TEST(ApiDeathTest, FreeAlignedSizedChecksTheAlignmentItWasAllocatedWith) {
   void *p = qm_aligned_alloc(4096, 4096);
-  const char *small =
-      "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_aligned_sized"),
-                     "passed 4096 bytes, alignment %zu, small chunk holds 4096") "\n" QM_END;
+  const char *small = "^" QM_LINE_OF(
+      QM_K_SIZE_MISMATCH("free_aligned_sized"),
+      "passed 4096 bytes, alignment %zu, small chunk holds 4096 aligned to 4096") "\n" QM_END;
   for (size_t a : {64ul, 48ul, 0ul, 8192ul, 3ul}) {
     char re[512];
     snprintf(re, sizeof re, small, a);
     EXPECT_DEATH(qm_free_aligned_sized(p, a, 4096), re) << a;
   }
   void *q = qm_aligned_alloc(4096, 200000);
-  const char *large =
-      "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_aligned_sized"),
-                     "passed 200000 bytes, alignment %zu, large chunk holds 200000") "\n";
+  const char *large = "^" QM_LINE_OF(
+      QM_K_SIZE_MISMATCH("free_aligned_sized"),
+      "passed 200000 bytes, alignment %zu, large chunk holds 200000 aligned to 4096") "\n";
   for (size_t a : {64ul, 48ul, 0ul, 65536ul, 3ul}) {
     char re[512];
     snprintf(re, sizeof re, large, a);
@@ -260,6 +261,62 @@ TEST(ApiDeathTest, FreeAlignedSizedChecksTheAlignmentItWasAllocatedWith) {
   qm_free_sized(r, 200000);
   qm_free_sized(s, 310000);
   qm_free_aligned_sized(z, 16, 0);
+}
+
+// The first malloc(n) chunk on a 64-byte boundary (a death test's child
+// runs the test again: the search is inside the statement, so the child
+// finds its own).
+static void *plain_on_64(size_t n) {
+  for (int i = 0; i < 4096; i++) {
+    void *p = qm_malloc(n);
+    if (!((uintptr_t)p % 64))
+      return p;
+  }
+  _exit(3); // none found: the death test fails on the message
+}
+
+// The first realloc of an aligned_alloc(64, 40) chunk that stays in place.
+static void *realloc_in_place() {
+  for (size_t n = 41; n < 200; n++) {
+    void *b = qm_aligned_alloc(64, 40), *r = qm_realloc(b, n);
+    if (r == b)
+      return r;
+  }
+  _exit(3);
+}
+
+// A small chunk remembers the alignment it was asked for: one of malloc's
+// that happens to sit on a 64-byte boundary is not an aligned one, one
+// asked for 64 is not malloc's, and realloc (in place or moved) hands out
+// malloc's kind of chunk, as large chunks do.
+TEST(ApiDeathTest, FreeAlignedSizedNamesTheAlignmentASmallChunkWasAskedFor) {
+  EXPECT_DEATH(qm_free_aligned_sized(plain_on_64(1024), 64, 1024),
+               "^" QM_LINE_OF(QM_K_SIZE_MISMATCH("free_aligned_sized"),
+                              "passed 1024 bytes, alignment 64, ([a-z]+ )?small chunk holds "
+                              "1024 aligned to 16") "\n");
+  void *a = qm_aligned_alloc(64, 40);
+  for (size_t wrong : {16ul, 1ul, 32ul, 128ul})
+    EXPECT_DEATH(qm_free_aligned_sized(a, wrong, 40),
+                 "alignment " + std::to_string(wrong) +
+                     ", ([a-z]+ )?small chunk holds 40 aligned to 64\\)")
+        << wrong;
+  qm_free_aligned_sized(a, 64, 40);
+  if (!qmt_option("guard_all")) { // a guarded slot always moves
+    EXPECT_DEATH(qm_free_aligned_sized(realloc_in_place(), 64, 0),
+                 "alignment 64, ([a-z]+ )?small chunk holds [0-9]+ aligned to 16\\)");
+  }
+  void *m = qm_realloc(qm_aligned_alloc(64, 40), 2000);
+  EXPECT_DEATH(qm_free_aligned_sized(m, 64, 2000),
+               "alignment 64, ([a-z]+ )?small chunk holds 2000 aligned to 16\\)");
+  qm_free_aligned_sized(m, 16, 2000);
+  // every alignment the primary serves, up to 64 KiB, is told apart
+  for (size_t al = 32; al <= 65536; al *= 2) {
+    void *p = qm_aligned_alloc(al, 24);
+    ASSERT_NE(p, nullptr);
+    EXPECT_DEATH(qm_free_aligned_sized(p, al / 2, 24), "holds 24 aligned to " + std::to_string(al))
+        << al;
+    qm_free_aligned_sized(p, al, 24);
+  }
 }
 
 TEST(Api, UsableSizeIsTheRequestForSmallChunks) {
