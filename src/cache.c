@@ -21,10 +21,13 @@ enum { TC_EMPTY, TC_LIVE, TC_DEAD };
  * waits in a per-class aging queue (age.h) of that thread, stamped with the
  * thread's count of mallocs of its class, and enters the bin (where malloc
  * can have it) only once that count has grown by more than D. A ring holds up to 2D
- * chunks and at most DELAY_BYTES: a thread that frees more than that within
- * D mallocs pushes its oldest out early (counted). Rings are emptied into
- * the central lists when the thread exits. */
-#define DELAY_BYTES ((size_t)16 << 20)
+ * chunks and at most QM_DELAY_BYTES: a thread that frees more than that within
+ * D mallocs pushes its oldest out early (counted). What is left of a ring
+ * when its thread exits, and what is freed where no ring can age it (a
+ * thread without a cache, a closed id's frees), waits out the rest of its D
+ * mallocs in the central limbo (qm__central_hold): adopted into the ring of
+ * the next thread that refills the class, or aged by the mallocs of
+ * threads without a cache. */
 static __thread qm_aged_t *rings __attribute__((tls_model("initial-exec")));
 static _Atomic size_t delay_early;
 
@@ -56,7 +59,7 @@ static pthread_key_t exit_key;
 static bool key_ok;
 
 static uint32_t ring_cap_calc(unsigned c) {
-  size_t cap = 2 * (size_t)qm__opt.free_delay, fit = DELAY_BYTES / qm__class[c].size;
+  size_t cap = 2 * (size_t)qm__opt.free_delay, fit = QM_DELAY_BYTES / qm__class[c].size;
   return (uint32_t)(cap < fit ? cap : fit ? fit : 1);
 }
 
@@ -210,17 +213,36 @@ static void ring_tick(unsigned c) {
     ring_pop(c);
 }
 
+/* At a refill: chunks of the class's limbo (an exited thread's, a closed
+ * id's) join this thread's ring with the age they have, as many as it has
+ * room for, and wait out the rest of their D mallocs on this thread's
+ * clock. */
+static void adopt(unsigned c) {
+  qm_checked_t *k = &qm__cc[c];
+  uintptr_t items[64];
+  uint32_t ages[64];
+  unsigned room = k->cap - k->q.n;
+  unsigned n = qm__central_adopt(c, items, ages, room < 64 ? room : 64);
+  for (unsigned i = 0; i < n; i++)
+    k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){items[i], k->clock - ages[i]};
+}
+
+/* At exit: each ring's chunks wait out the rest of their D mallocs in the
+ * limbo, not in the central lists, where the next thread's refill would
+ * have them at once. */
 static void ring_flush(void) {
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     qm_checked_t *k = &qm__cc[c];
-    while (k->q.n)
-      qm__central_give(c, group, &k->ring[qm_age_pop(&k->q, k->cap)].item, 1);
+    while (k->q.n) {
+      qm_aged_t e = k->ring[qm_age_pop(&k->q, k->cap)];
+      qm__central_hold(c, group, e.item, k->clock - e.at);
+    }
   }
 }
 
 #ifdef QM_TEST_HOOKS
 size_t qm__cache_delay_early(void) {
-  return atomic_load_explicit(&delay_early, memory_order_relaxed);
+  return atomic_load_explicit(&delay_early, memory_order_relaxed) + qm__central_limbo_early();
 }
 #endif
 
@@ -229,14 +251,16 @@ uintptr_t qm__cache_take_slow(unsigned c) {
   qm__state_drain();
   if (!have_cache()) {
     uintptr_t one;
-    return qm__central_take(c, group, &one, 1) ? one : 0;
+    return qm__central_take(c, group, &one, 1, true) ? one : 0;
   }
-  if (qm__opt.free_delay)
+  if (qm__opt.free_delay) {
     ring_tick(c);
+    adopt(c);
+  }
   qm_bin_t *b = &qm__bin[c];
   uint32_t *n = count_of(c), half = (qm__class[c].cache_max + 1) / 2;
   if (!*n)
-    *n = qm__central_take(c, group, b->slot, half);
+    *n = qm__central_take(c, group, b->slot, half, false);
   else if (!qm__cache_checked && *n < half / 2)
     /* the drain left the bin low: the rest of the class's chunks wait in
      * the parked frees (qm__pend), and a bin topped up only by them ran dry
@@ -244,7 +268,7 @@ uintptr_t qm__cache_take_slow(unsigned c) {
      * with PYTHONMALLOC=malloc, 200,000 rounds: 55,000 misses of its
      * 48-byte bin, 54,000 of them refilled by the drain alone). Filled to
      * half, as from empty. */
-    *n += qm__central_take(c, group, b->slot + *n, half - *n);
+    *n += qm__central_take(c, group, b->slot + *n, half - *n, false);
   if (!*n)
     return 0;
   return qm__cache_checked ? take_checked(c) : b->slot[--*n];
@@ -254,7 +278,9 @@ void qm__cache_put_full(unsigned c, uintptr_t chunk) { bin_put(c, chunk); }
 
 uintptr_t qm__cache_refill_checked(unsigned c) {
   qm_checked_t *k = &qm__cc[c];
-  k->count = qm__central_take(c, group, k->slot, (qm__class[c].cache_max + 1) / 2);
+  if (qm__opt.free_delay)
+    adopt(c);
+  k->count = qm__central_take(c, group, k->slot, (qm__class[c].cache_max + 1) / 2, false);
   return k->count ? qm_checked_draw(k, c) : 0;
 }
 
@@ -265,7 +291,7 @@ void qm__cache_ring_full(unsigned c) {
 
 void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
   if (!have_cache()) {
-    qm__central_give(c, group, &chunk, 1);
+    qm__central_hold(c, group, chunk, 0); /* given at once without a delay */
     return;
   }
   if (qm__opt.free_delay)

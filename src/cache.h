@@ -57,8 +57,8 @@ void qm__cache_give_slow(uintptr_t chunk, unsigned c);
  * the class, and enters the bin (where malloc can have it) only once that
  * count has grown by more than D. A ring holds up to 2D chunks and at most
  * 16 MiB: a thread that frees more within D mallocs pushes its oldest out
- * early (counted). Rings are emptied into the central lists when the
- * thread exits. */
+ * early (counted). What a ring holds when its thread exits waits out the
+ * rest of its time in the central limbo (qm__central_hold). */
 typedef struct qm_checked {
   uintptr_t *slot; /* the bin's slot array; NULL while the thread has no live cache */
   qm_aged_t *ring; /* the class's delayed frees (free_delay > 0): cap entries */

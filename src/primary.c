@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "age.h"
 #include "entry.h"
 #include "lock.h"
 #include "meta.h"
@@ -56,6 +57,18 @@ typedef struct central {
   /* the address space of the region, its table and its bitmaps' levels,
    * claimed as commit() reaches it */
   qm_os_grow_t rgrow, tgrow, lgrow[LEVELS];
+  /* Delayed free (free_delay = D > 0): chunks freed where no thread's ring
+   * can age them (its thread exited, the id was closed, the thread has no
+   * cache) wait here, stamped on the class's clock: the mallocs of threads
+   * without a cache, each counted under this lock as it takes its chunk.
+   * A thread with a cache adopts them into its ring at a refill, with the
+   * age they have (qm__central_adopt); a take without one releases those
+   * older than D into the free set. Either way a chunk waits D mallocs.
+   * limbo_cap(c) entries (NULL while D is 0). */
+  qm_aged_t *limbo;
+  qm_age_t lq;
+  uint32_t clock;
+  _Atomic uint32_t held; /* lq.n, stored under the lock, read without it */
 } __attribute__((aligned(64))) central_t;
 
 /* The committed counts and the central lists steer every allocation: they
@@ -71,7 +84,8 @@ typedef struct primary_meta {
 extern struct central *qm__central;
 static central_t central_none[QM_NCLASS];
 #define central (qm__central ? qm__central : central_none)
-static _Atomic uint64_t pending; /* classes with a purge due (bit c) */
+static _Atomic uint64_t pending;   /* classes with a purge due (bit c) */
+static _Atomic size_t limbo_early; /* chunks that left a full limbo early */
 
 /* Per-class region: 8 GiB (424 GiB of the layout in all, os.h, claimed
  * only as the classes grow), halved while the layout has no room for it
@@ -127,12 +141,29 @@ static uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+/* As a thread's delayed-free ring: 2D entries, at most QM_DELAY_BYTES of
+ * chunks. From the sealed options and class sizes, not stored: a writable
+ * cap would let corruption index past the array. */
+static uint32_t limbo_cap(unsigned c) {
+  size_t cap = 2 * (size_t)qm__opt.free_delay, fit = QM_DELAY_BYTES / chunk_size_of(c);
+  return (uint32_t)(cap < fit ? cap : fit ? fit : 1);
+}
+
 int qm__primary_init(uint64_t secret) {
-  primary_meta_t *pm = qm__meta_alloc(sizeof *pm);
+  size_t limbo = 0;
+  for (unsigned c = 0; qm__opt.free_delay && c < QM_NCLASS; c++)
+    limbo += limbo_cap(c);
+  /* the limbo's pages are touched only as it fills */
+  primary_meta_t *pm = qm__meta_alloc(sizeof *pm + limbo * sizeof(qm_aged_t));
   if (!pm)
     return -1;
   qm__central = pm->lists;
   qm__committed = pm->committed;
+  qm_aged_t *lim = (qm_aged_t *)(pm + 1);
+  for (unsigned c = 0; limbo && c < QM_NCLASS; c++) {
+    pm->lists[c].limbo = lim;
+    lim += limbo_cap(c);
+  }
   /* a power of two, at least 256 KiB: the largest class's chunk then fits
    * between two guards */
   size_t g = (size_t)qm__opt.guard_interval_kb << 10;
@@ -556,7 +587,40 @@ static unsigned carve(unsigned c, central_t *cl, unsigned g, uintptr_t *out, uns
   return n;
 }
 
-unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want) {
+/* Puts the chunk of slot s into group g's set; others: the other groups
+ * in use, whose bits a chunk given back twice may sit in. Called with the
+ * class lock held. */
+static void put_locked(unsigned c, central_t *cl, unsigned g, unsigned others, uintptr_t s) {
+  uintptr_t base = region(c);
+  size_t size = qm__class[c].size;
+  /* the generation is in the table; the bit is the chunk's slot, so the
+   * address must be one (the caches' arrays are guarded metadata, but a
+   * bad address here would set a bit anywhere) */
+  uintptr_t ch = qm_slot_chunk(s), roff = ch - base, index = qm_chunk_index(roff, c);
+  if (QM_UNLIKELY(roff >= cl->carved || index * size != roff || qm_slot_dead(roff, size)))
+    qm__report_bad_entry(size, ch, "not a chunk of its class");
+  uint64_t bit = (uint64_t)1 << (index % 64), any = W(0, index / 64, g);
+  for (unsigned k = 0; QM_UNLIKELY(others >> k); k++)
+    if (others >> k & 1)
+      any |= W(0, index / 64, k);
+  if (QM_UNLIKELY(any & bit))
+    qm__report_bad_entry(size, ch, "chunk given back twice");
+  set_put(cl, index, g);
+  cl->nfree_of[g]++;
+}
+
+/* A malloc of a thread without a cache, about to take its chunk: the
+ * limbo's clock ticks, and its chunks that have waited out free_delay join
+ * group g's set. Called with the class lock held. */
+static void limbo_tick_locked(unsigned c, central_t *cl, unsigned g) {
+  uint32_t now = ++cl->clock, cap = limbo_cap(c);
+  unsigned others = groups_used(cl) & ~(1u << g);
+  while (qm_age_due(&cl->lq, cl->limbo, now, (uint32_t)qm__opt.free_delay))
+    put_locked(c, cl, g, others, cl->limbo[qm_age_pop(&cl->lq, cap)].item);
+  atomic_store_explicit(&cl->held, cl->lq.n, memory_order_relaxed);
+}
+
+unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want, bool ticks) {
   if (atomic_load_explicit(&pending, memory_order_relaxed))
     purge_pending();
   central_t *cl = &central[c];
@@ -569,6 +633,8 @@ unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned w
   size_t steal_min = QM_STEAL_MIN / qm__class[c].size;
   qm_rand_thread_ready(); /* pop_group draws where to start */
   qm_lock(&cl->lock);
+  if (QM_UNLIKELY(ticks && cl->limbo))
+    limbo_tick_locked(c, cl, own);
   n = pop_group(c, cl, own, out, n, want);
   for (unsigned k = 1, g = (own + 1) % QM_GROUPS; k < QM_GROUPS && n < want;
        k++, g = (g + 1) % QM_GROUPS)
@@ -678,29 +744,56 @@ size_t qm__central_group_free(unsigned c, unsigned group) {
 }
 #endif
 
+unsigned qm__central_adopt(unsigned c, uintptr_t *items, uint32_t *ages, unsigned room) {
+  central_t *cl = &central[c];
+  if (!cl->limbo || !atomic_load_explicit(&cl->held, memory_order_relaxed))
+    return 0; /* read unlocked: a hint; one missed is adopted at the next refill */
+  uint32_t cap = limbo_cap(c), d = (uint32_t)qm__opt.free_delay;
+  unsigned n = 0;
+  qm_lock(&cl->lock);
+  for (; n < room && cl->lq.n; n++) {
+    qm_aged_t e = cl->limbo[qm_age_pop(&cl->lq, cap)];
+    uint32_t age = cl->clock - e.at;
+    items[n] = e.item;
+    ages[n] = age < d ? age : d;
+  }
+  atomic_store_explicit(&cl->held, cl->lq.n, memory_order_relaxed);
+  qm_unlock(&cl->lock);
+  return n;
+}
+
+void qm__central_hold(unsigned c, unsigned group, uintptr_t s, uint32_t age) {
+  central_t *cl = &central[c];
+  if (!cl->limbo) { /* no delay, or before init */
+    qm__central_give(c, group, &s, 1);
+    return;
+  }
+  uint32_t cap = limbo_cap(c);
+  unsigned g = group % QM_GROUPS;
+  qm_lock(&cl->lock);
+  if (qm_age_full(&cl->lq, cap)) {
+    put_locked(c, cl, g, groups_used(cl) & ~(1u << g), cl->limbo[qm_age_pop(&cl->lq, cap)].item);
+    atomic_fetch_add_explicit(&limbo_early, 1, memory_order_relaxed);
+  }
+  cl->limbo[qm_age_push(&cl->lq, cap)] = (qm_aged_t){s, cl->clock - age};
+  atomic_store_explicit(&cl->held, cl->lq.n, memory_order_relaxed);
+  qm_unlock(&cl->lock);
+}
+
+#ifdef QM_TEST_HOOKS
+size_t qm__central_limbo_early(void) {
+  return atomic_load_explicit(&limbo_early, memory_order_relaxed);
+}
+#endif
+
 void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned n) {
   central_t *cl = &central[c];
   unsigned g = group % QM_GROUPS;
-  uintptr_t base = region(c);
   size_t size = qm__class[c].size;
   qm_lock(&cl->lock);
   unsigned others = groups_used(cl) & ~(1u << g);
-  for (unsigned i = 0; i < n; i++) {
-    /* the generation is in the table; the bit is the chunk's slot, so the
-     * address must be one (the caches' arrays are guarded metadata, but a
-     * bad address here would set a bit anywhere) */
-    uintptr_t ch = qm_slot_chunk(in[i]), roff = ch - base, index = qm_chunk_index(roff, c);
-    if (QM_UNLIKELY(roff >= cl->carved || index * size != roff || qm_slot_dead(roff, size)))
-      qm__report_bad_entry(size, ch, "not a chunk of its class");
-    uint64_t bit = (uint64_t)1 << (index % 64), any = W(0, index / 64, g);
-    for (unsigned k = 0; QM_UNLIKELY(others >> k); k++)
-      if (others >> k & 1)
-        any |= W(0, index / 64, k);
-    if (QM_UNLIKELY(any & bit))
-      qm__report_bad_entry(size, ch, "chunk given back twice");
-    set_put(cl, index, g);
-  }
-  cl->nfree_of[g] += n;
+  for (unsigned i = 0; i < n; i++)
+    put_locked(c, cl, g, others, in[i]);
   /* a scan costs O(carved slots / 64) at most: run one only when a quarter
    * of the free set is new since the last, so its cost per freed chunk stays
    * bounded; too soon after the last one, leave it pending for the next slow
@@ -777,7 +870,8 @@ void qm__primary_stats(qm_primary_stats_t *s) {
     s->reserved += qm_os_grown(&cl->rgrow);
     s->committed += atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
     s->carved += cl->carved - cl->dead;
-    s->central_free += nfree(cl) * qm__class[c].size;
+    /* the limbo's chunks are free, waiting out their delay */
+    s->central_free += (nfree(cl) + cl->lq.n) * qm__class[c].size;
     s->purged_bytes += cl->purged_bytes;
     s->purges += cl->purges;
     qm_unlock(&cl->lock);
@@ -835,5 +929,9 @@ void qm__primary_fork_child(unsigned group, qm_regen_fn regen) {
     central_t *cl = &central[c];
     if (cl->nfree_of[own])
       fork_regen(c, cl, own, regen);
+    for (uint32_t i = 0, cap = limbo_cap(c); i < cl->lq.n; i++) {
+      qm_aged_t *e = &cl->limbo[qm_age_at(&cl->lq, i, cap)];
+      e->item = regen(e->item, c);
+    }
   }
 }

@@ -111,8 +111,10 @@ int qm__primary_init(uint64_t secret);
  * group's set (from a random one of its lowest up), then from other groups' that hold more than
  * QM_STEAL_MIN, then carved fresh, then (when no more can be carved) from any group's; each checked
  * (in its region, on a chunk boundary, carved, its table entry not ALLOC), as chunk | generation <<
- * 48 (see entry.h). 0 when every set is empty and nothing more can be carved or committed. */
-unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want);
+ * 48 (see entry.h). 0 when every set is empty and nothing more can be carved or committed.
+ * ticks: the take serves one malloc of a thread without a cache, which ages the class's limbo
+ * (qm__central_hold). */
+unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want, bool ticks);
 #ifdef QM_TEST_HOOKS
 /* Test hook: chunks of class c in group's set. */
 size_t qm__central_group_free(unsigned c, unsigned group);
@@ -123,6 +125,24 @@ size_t qm__central_group_free(unsigned c, unsigned group);
 void qm__central_group_bytes(size_t bytes[QM_GROUPS]);
 /* Gives n free chunks back to the central list of class c, as group's. */
 void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned n);
+/* Delayed free (free_delay = D > 0): the most bytes of chunks one class's
+ * delay queue holds (a thread's ring, the central limbo); past it the
+ * oldest leaves early. */
+#define QM_DELAY_BYTES ((size_t)16 << 20)
+/* A free chunk (slot s) that has waited `age` of its D mallocs where no
+ * thread's ring can age it any more (an exiting thread's ring, a closed
+ * id's frees, a thread without a cache): held in class c's limbo, until a
+ * thread with a cache adopts it into its ring or D takes of threads without
+ * one (ticks) have passed since its free. Without a delay, given at once. */
+void qm__central_hold(unsigned c, unsigned group, uintptr_t s, uint32_t age);
+/* Moves up to room of class c's limbo chunks out, oldest first, each with
+ * the age it has (at most D); returns how many: the caller's ring ages them
+ * on. */
+unsigned qm__central_adopt(unsigned c, uintptr_t *items, uint32_t *ages, unsigned room);
+#ifdef QM_TEST_HOOKS
+/* Test hook: chunks that left a full limbo before their time. */
+size_t qm__central_limbo_early(void);
+#endif
 /* Returns fully free pages of every class to the kernel now. */
 size_t qm__primary_purge_all(void);
 #ifdef QM_TEST_HOOKS

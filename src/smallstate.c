@@ -667,7 +667,11 @@ static void give_settled(msgb_t *b) {
     if (qm__cache_checked && qm__opt.zero_on_free)
       for (uint32_t k = i; k < j; k++)
         memset((void *)qm_slot_chunk(b->m[k]), 0, qm__class[c].size);
-    qm__central_give(c, qm__cache_group(), &b->m[i], j - i);
+    if (qm__opt.free_delay) /* no ring ages them: the limbo does */
+      for (uint32_t k = i; k < j; k++)
+        qm__central_hold(c, qm__cache_group(), b->m[k], 0);
+    else
+      qm__central_give(c, qm__cache_group(), &b->m[i], j - i);
   }
   b->count = 0;
 }

@@ -645,6 +645,8 @@ TEST(Primary, ChunksAThreadGaveBackStayWithItsGroup) {
 TEST(Primary, AnotherGroupTakesAPileBeforeCarving) {
   if (!groups_apply())
     GTEST_SKIP() << "no thread caches or guard_all=1";
+  if (qmt_option("free_delay"))
+    GTEST_SKIP() << "free_delay: the exited thread's last frees wait out their delay first";
   const size_t size = 1000, steal_min = qmt_steal_min_chunks(size), n = 4 * steal_min;
   std::thread a([&] {
     std::vector<void *> v(n);
@@ -1011,6 +1013,79 @@ TEST(MaxDelay, AFullRingPushesItsOldestOutEarly) {
   for (void *p : v)
     qm_free(p);
   EXPECT_EQ(qmt_delay_early() - early, delayed - 2 * d);
+}
+
+// hardening=max's delayed reuse wherever a chunk is freed and whenever its
+// thread ends (unit-max, and unit-max-no-thread-cache where no thread has a
+// cache): mallocs of the chunk's class, all kept, until the chunk comes
+// back; it must not before free_delay of them, and must come back at last
+// (a chunk held forever would be a leak, not a delay).
+static size_t mallocs_until_back(void *x, size_t n) {
+  size_t d = qmt_option("free_delay"), i = 0;
+  std::vector<void *> kept;
+  for (; i < 64 * d; i++) {
+    void *p = qm_malloc(n);
+    kept.push_back(p);
+    if (p == x)
+      break;
+  }
+  for (void *p : kept)
+    qm_free(p);
+  return i;
+}
+
+static void *unguarded_malloc(size_t n) {
+  void *p;
+  while (qmt_is_guarded(p = qm_malloc(n)))
+    ; // a guarded slot is quarantined, not delayed
+  return p;
+}
+
+// A thread frees a chunk and exits at once: what its ring held waits out
+// its delay in the central limbo, not in the lists the next refill takes
+// from (before: back after 22-64 mallocs of another thread).
+TEST(MaxDelayAcross, ThreadExit) {
+  size_t d = qmt_option("free_delay");
+  ASSERT_GE(d, 256u);
+  for (size_t n : {48ul, 200ul, 3000ul}) {
+    void *x = nullptr;
+    std::thread([&] {
+      x = unguarded_malloc(n);
+      qm_free(x);
+    }).join();
+    size_t k = mallocs_until_back(x, n);
+    EXPECT_GE(k, d) << n << " bytes: back after " << k << " mallocs";
+    EXPECT_LT(k, 64 * d) << n << " bytes: never came back";
+  }
+}
+
+// A chunk whose owner exited, freed by another thread: the free goes to the
+// closed id's path, which gives to the central lists; it waits there too.
+TEST(MaxDelayAcross, FreeOfAnExitedThreadsChunk) {
+  size_t d = qmt_option("free_delay");
+  ASSERT_GE(d, 256u);
+  for (size_t n : {48ul, 200ul, 3000ul}) {
+    void *x = nullptr;
+    std::thread([&] { x = unguarded_malloc(n); }).join();
+    qm_free(x);
+    qm_malloc_trim(0); // sends the free batched for its owner's id now
+    size_t k = mallocs_until_back(x, n);
+    EXPECT_GE(k, d) << n << " bytes: back after " << k << " mallocs";
+    EXPECT_LT(k, 64 * d) << n << " bytes: never came back";
+  }
+}
+
+// The calling thread's own free: its ring (or, without a cache, the limbo).
+TEST(MaxDelayAcross, OwnFree) {
+  size_t d = qmt_option("free_delay");
+  ASSERT_GE(d, 256u);
+  for (size_t n : {48ul, 200ul, 3000ul}) {
+    void *x = unguarded_malloc(n);
+    qm_free(x);
+    size_t k = mallocs_until_back(x, n);
+    EXPECT_GE(k, d) << n << " bytes: back after " << k << " mallocs";
+    EXPECT_LT(k, 64 * d) << n << " bytes: never came back";
+  }
 }
 
 // hardening=max (its own process, unit-max): a byte written anywhere in a
