@@ -1034,6 +1034,14 @@ static size_t mallocs_until_back(void *x, size_t n) {
   return i;
 }
 
+// x (n bytes, freed) comes back after at least d mallocs of its class, and
+// does come back
+static void expect_delayed(void *x, size_t n, size_t d) {
+  size_t k = mallocs_until_back(x, n);
+  EXPECT_GE(k, d) << n << " bytes: back after " << k << " mallocs";
+  EXPECT_LT(k, 64 * d) << n << " bytes: never came back";
+}
+
 static void *unguarded_malloc(size_t n) {
   void *p;
   while (qmt_is_guarded(p = qm_malloc(n)))
@@ -1053,9 +1061,7 @@ TEST(MaxDelayAcross, ThreadExit) {
       x = unguarded_malloc(n);
       qm_free(x);
     }).join();
-    size_t k = mallocs_until_back(x, n);
-    EXPECT_GE(k, d) << n << " bytes: back after " << k << " mallocs";
-    EXPECT_LT(k, 64 * d) << n << " bytes: never came back";
+    expect_delayed(x, n, d);
   }
 }
 
@@ -1069,9 +1075,7 @@ TEST(MaxDelayAcross, FreeOfAnExitedThreadsChunk) {
     std::thread([&] { x = unguarded_malloc(n); }).join();
     qm_free(x);
     qm_malloc_trim(0); // sends the free batched for its owner's id now
-    size_t k = mallocs_until_back(x, n);
-    EXPECT_GE(k, d) << n << " bytes: back after " << k << " mallocs";
-    EXPECT_LT(k, 64 * d) << n << " bytes: never came back";
+    expect_delayed(x, n, d);
   }
 }
 
@@ -1082,9 +1086,7 @@ TEST(MaxDelayAcross, OwnFree) {
   for (size_t n : {48ul, 200ul, 3000ul}) {
     void *x = unguarded_malloc(n);
     qm_free(x);
-    size_t k = mallocs_until_back(x, n);
-    EXPECT_GE(k, d) << n << " bytes: back after " << k << " mallocs";
-    EXPECT_LT(k, 64 * d) << n << " bytes: never came back";
+    expect_delayed(x, n, d);
   }
 }
 
