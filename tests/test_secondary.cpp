@@ -696,6 +696,36 @@ TEST_F(Large, ReallocGrowsAMovedChunkAgain) {
   qm_free(r);
 }
 
+// A buffer grown by realloc in 4 KiB steps past 2 MiB is opened in whole
+// huge pages: its growth then faults a huge page at a time, not a base page
+// (the part opened page by page got a page table, and base pages, for good).
+// Its end keeps a guard, and the pointer it had before a move faults.
+TEST_F(Large, ReallocGrowthTakesHugePages) {
+  SKIP_UNLESS_THP_KEPT();
+  if (!qmt_move_spans_vmas()) // a moved chunk is two mappings: moved again, it is copied
+    GTEST_SKIP() << "mremap moves one mapping at a time here (5.10, 5.15)";
+  char *p = static_cast<char *>(qm_malloc(256 * KiB));
+  std::memset(p, 1, 256 * KiB);
+  char *first = p;
+  long f0 = qmt_minflt();
+  for (size_t n = 256 * KiB; n < 8 * MiB; n += 4 * KiB) {
+    p = static_cast<char *>(qm_realloc(p, n + 4 * KiB));
+    ASSERT_NE(p, nullptr);
+    std::memset(p + n, 2, 4 * KiB);
+  }
+  long faults = qmt_minflt() - f0;
+  // 1984 base pages; below 2 MiB they are base pages (about 450), past it a
+  // few huge pages (and ASan's shadow faults, about one in eight)
+  EXPECT_LE(faults, 1024) << "the growth past 2 MiB faulted base pages";
+  EXPECT_EQ(p[256 * KiB - 1], 1);
+  EXPECT_EQ(p[8 * MiB - 1], 2);
+  size_t n = qm_malloc_usable_size(p);
+  EXPECT_EXIT(poke(p, n), testing::KilledBySignal(SIGSEGV), QM_K_OVERFLOW);
+  ASSERT_NE(p, first);
+  EXPECT_EXIT(poke(first, 100), testing::KilledBySignal(SIGSEGV), QM_K_UAF);
+  qm_free(p);
+}
+
 // The mapping budget rests on the estimate never being below the truth.
 TEST_F(Large, MappingEstimateIsAnUpperBound) {
   long m0 = qmt_mappings();
