@@ -19,6 +19,9 @@ void qm__q_init(void);
  * taken off when it is freed or resized. */
 void qm__q_tail_add(size_t pages);
 void qm__q_tail_sub(size_t pages);
+/* The bytes live large chunks were asked for, as they change (under
+ * S.lock): the resident budget follows them (quarantine_live_pct). */
+void qm__q_live(size_t bytes);
 /* A chunk left the window early (window_breaks): a freed one unmapped
  * before its window passed, or one the belt should carry mapped on its own. */
 void qm__q_window_broken(void);

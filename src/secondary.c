@@ -65,6 +65,13 @@ static void tail_sub(const block_t *b) {
     qm__q_tail_sub(n);
 }
 
+/* The bytes live chunks were asked for, changed by `add` and `sub` (under
+ * S.lock): the quarantine's resident budget follows them (qm__q_live). */
+static void live_bytes(size_t add, size_t sub) {
+  L.live_bytes = L.live_bytes + add - sub;
+  qm__q_live(L.live_bytes);
+}
+
 /* Chunks that keep their pages across reuse (protect, none) and span a
  * transparent huge page get one: each of its 512 pages then changes
  * protection with one PMD, and is touched again at the cost of one; a 4 KiB
@@ -452,7 +459,7 @@ static size_t hand_out_locked(uint32_t i, size_t size, unsigned ashift, size_t n
   b->chunk.flags &= (uint8_t)~F_FREED;
   qm__set_vmas(b, true);
   L.live++;
-  L.live_bytes += size;
+  live_bytes(size, 0);
   L.allocs++;
   L.reuses += reused;
   return nonzero < size ? nonzero : size;
@@ -1120,7 +1127,7 @@ void qm__large_free(void *p) {
   b->chunk.odo = qm__belt_odometer();
   b->chunk.seq = qm__note_free(i, &t);
   L.live--;
-  L.live_bytes -= b->chunk.size;
+  live_bytes(0, b->chunk.size);
   bool none = LF.strategy == QM_STRATEGY_NONE, unmap_now = unmap_on_free(b);
   if (none && !unmap_now) { /* nothing to retire: straight in, one lock */
     bool over = enter_locked(i, false);
@@ -1265,7 +1272,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
   L.moved++;
   L.allocs++;
   L.live++;
-  L.live_bytes += size;
+  live_bytes(size, 0);
   /* the old chunk is freed; its range is mapped and empty now, save pages
    * past its RW part (a shrink's tail), which may still hold data: without
    * such a tail nothing is resident, so nothing counts against the
@@ -1280,7 +1287,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
   o->chunk.odo = qm__belt_odometer();
   o->chunk.seq = qm__note_free(old, t);
   L.live--;
-  L.live_bytes -= o->chunk.size;
+  live_bytes(0, o->chunk.size);
   bool unmap_now = unmap_on_free(o);
   qm_unlock(&S.lock);
   if (o->chunk.flags & F_BELT) /* its range is empty: dead at once, mapped afresh */
@@ -1305,7 +1312,7 @@ void *qm__large_realloc(void *p, size_t size) {
     size_t open = need + need / 8 < b->map.cap ? need + need / 8 : b->map.cap;
     open = grow_extent(open, b->map.cap, b->map.usable);
     if ((need <= old_rw && old_rw <= open) || (need < old_rw && LF.strategy == QM_STRATEGY_NONE)) {
-      L.live_bytes = L.live_bytes - b->chunk.size + size;
+      live_bytes(size, b->chunk.size);
       b->chunk.size = size;
       b->chunk.ashift = 0; /* realloc hands out malloc's kind of chunk */
       L.in_place++;
@@ -1347,7 +1354,7 @@ void *qm__large_realloc(void *p, size_t size) {
       if (b->map.dirty < new_rw)
         b->map.dirty = new_rw;
       tail_add(b); /* a shrink keeps its tail resident */
-      L.live_bytes = L.live_bytes - b->chunk.size + size;
+      live_bytes(size, b->chunk.size);
       b->chunk.size = size;
       b->chunk.ashift = 0; /* realloc hands out malloc's kind of chunk */
       L.in_place++;
@@ -1358,7 +1365,7 @@ void *qm__large_realloc(void *p, size_t size) {
       return p;
     }
     if (need < old_rw) { /* could not protect the tail: still correct */
-      L.live_bytes = L.live_bytes - b->chunk.size + size;
+      live_bytes(size, b->chunk.size);
       b->chunk.size = size;
       b->chunk.ashift = 0; /* realloc hands out malloc's kind of chunk */
       qm_unlock(&S.lock);

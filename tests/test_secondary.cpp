@@ -387,6 +387,26 @@ TEST_F(Large, ShrinkPastTheBudgetDropsAtOnce) {
   qm_free(p);
 }
 
+// The resident budget follows the live large heap: beside none the floor
+// bounds it, beside a live heap it may keep that heap's size (here 100%),
+// and once the heap is freed it shrinks again, at that free.
+TEST_F(Large, TheResidentBudgetFollowsTheLiveHeap) {
+  if (qm_probe_result()->strategy != QM_STRATEGY_PROTECT)
+    GTEST_SKIP() << "a strategy that keeps no pages in the quarantine";
+  set("quarantine_floor_mb=4:quarantine_live_pct=100:quarantine_min_frees=0:quarantine_min_mb=0");
+  char *p = static_cast<char *>(qm_malloc(12 * MiB));
+  std::memset(p, 1, 12 * MiB);
+  qm_free(p);
+  EXPECT_LE(stats().quarantine_resident_bytes, 4 * MiB) << "no live heap: the floor";
+  char *heap = static_cast<char *>(qm_malloc(16 * MiB));
+  p = static_cast<char *>(qm_malloc(12 * MiB));
+  std::memset(p, 1, 12 * MiB);
+  qm_free(p);
+  EXPECT_GE(stats().quarantine_resident_bytes, 12 * MiB) << "16 MiB live: 16 MiB of budget";
+  qm_free(heap);
+  EXPECT_LE(stats().quarantine_resident_bytes, 4 * MiB) << "the heap freed: the floor again";
+}
+
 TEST_F(Large, CallocOfAFreshChunkTouchesNothing) {
   long f0 = qmt_minflt();
   char *p = static_cast<char *>(qm_calloc(1, 4 * MiB));
