@@ -282,6 +282,34 @@ TEST_F(Large, BigChunksGetHugePages) {
   qm_free(p);
 }
 
+// Huge pages go to new chunks only while the program writes most pages of
+// the chunks it frees: where it writes a byte of each, a huge page would
+// cost 2 MiB of RSS for it. Learnt from the chunks of base pages it frees.
+TEST_F(Large, HugePagesFollowHowDenselyChunksAreWritten) {
+  SKIP_UNLESS_THP_KEPT();
+  auto fresh_faults = [] {
+    long f0 = qmt_minflt();
+    char *p = static_cast<char *>(qm_malloc(8 * MiB));
+    for (size_t i = 0; i < 8 * MiB; i += qmt_page())
+      poke(p, i);
+    long faults = qmt_minflt() - f0;
+    qm_free(p);
+    return faults;
+  };
+  for (int i = 0; i < 16; i++) { // a byte written in each
+    char *p = static_cast<char *>(qm_malloc(MiB));
+    p[0] = 1;
+    qm_free(p);
+  }
+  EXPECT_GE(fresh_faults(), 1900) << "written sparsely: base pages";
+  for (int i = 0; i < 16; i++) { // every page written
+    char *p = static_cast<char *>(qm_malloc(MiB));
+    std::memset(p, 1, MiB);
+    qm_free(p);
+  }
+  EXPECT_LE(fresh_faults(), 256) << "written densely: huge pages again";
+}
+
 // A THP chunk is opened in whole huge pages and ends flush at the last one:
 // its trailing guard stays one page past its usable size, and a reuse for
 // another size moves its user pointer (the stale one is no chunk's any more).
