@@ -22,14 +22,17 @@ enum { TC_EMPTY, TC_LIVE, TC_DEAD };
  * thread's count of mallocs of its class, and enters the bin (where malloc
  * can have it) only once that count has grown by more than D. A ring holds up to 2D
  * chunks and at most QM_DELAY_BYTES: a thread that frees more than that within
- * D mallocs pushes its oldest out early (counted). What is left of a ring
+ * D mallocs pushes its oldest out early (counted); all its rings together
+ * hold at most free_delay_kb (qm__delay_bytes). What is left of a ring
  * when its thread exits, and what is freed where no ring can age it (a
  * thread without a cache, a closed id's frees), waits out the rest of its D
  * mallocs in the central limbo (qm__central_hold): adopted into the ring of
  * the next thread that refills the class, or aged by the mallocs of
  * threads without a cache. */
 static __thread qm_aged_t *rings __attribute__((tls_model("initial-exec")));
-static _Atomic size_t delay_early;
+__thread size_t qm__delay_bytes __attribute__((tls_model("initial-exec")));
+static _Atomic size_t delay_early; /* left a full ring early */
+static _Atomic size_t delay_over;  /* left early for free_delay_kb */
 
 /* A thread's registration: where its bins are, and its slot storage. */
 typedef struct qm_tcache {
@@ -195,6 +198,7 @@ static uintptr_t take_checked(unsigned c) { return qm_checked_draw(&qm__cc[c], c
 static void ring_pop(unsigned c) {
   qm_checked_t *k = &qm__cc[c];
   bin_put(c, k->ring[qm_age_pop(&k->q, k->cap)].item);
+  qm_delay_sub(c);
 }
 
 static void ring_push(unsigned c, uintptr_t chunk) {
@@ -202,6 +206,7 @@ static void ring_push(unsigned c, uintptr_t chunk) {
   if (qm_age_full(&k->q, k->cap))
     qm__cache_ring_full(c);
   k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){chunk, k->clock};
+  qm_delay_add(qm__class[c].size);
 }
 
 /* A malloc of class c: chunks freed more than free_delay mallocs ago may
@@ -221,10 +226,14 @@ static void adopt(unsigned c) {
   qm_checked_t *k = &qm__cc[c];
   uintptr_t items[64];
   uint32_t ages[64];
+  size_t budget = (size_t)qm__opt.free_delay_kb << 10, size = qm__class[c].size;
+  size_t fit = qm__delay_bytes < budget ? (budget - qm__delay_bytes) / size : 0;
   unsigned room = k->cap - k->q.n;
+  room = room < fit ? room : (unsigned)fit;
   unsigned n = qm__central_adopt(c, items, ages, room < 64 ? room : 64);
   for (unsigned i = 0; i < n; i++)
     k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){items[i], k->clock - ages[i]};
+  qm__delay_bytes += n * size;
 }
 
 /* At exit: each ring's chunks wait out the rest of their D mallocs in the
@@ -238,13 +247,37 @@ static void ring_flush(void) {
       qm__central_hold(c, group, e.item, k->clock - e.at);
     }
   }
+  qm__delay_bytes = 0;
 }
 
-#ifdef QM_TEST_HOOKS
+void qm__cache_delay_over(void) {
+  size_t budget = (size_t)qm__opt.free_delay_kb << 10, target = budget - budget / 4, over = 0;
+  /* down to 3/4 of the budget: the scan of the classes comes once per
+   * quarter of it freed, not at every free past it */
+  while (qm__delay_bytes > target) {
+    unsigned big = 0;
+    size_t most = 0;
+    for (unsigned c = 0; c < QM_NCLASS; c++) {
+      size_t b = (size_t)qm__cc[c].q.n * qm__class[c].size;
+      if (b > most) {
+        most = b;
+        big = c;
+      }
+    }
+    if (!most)
+      break;
+    for (; qm__cc[big].q.n && qm__delay_bytes > target; over++)
+      ring_pop(big);
+  }
+  atomic_fetch_add_explicit(&delay_over, over, memory_order_relaxed);
+}
+
 size_t qm__cache_delay_early(void) {
   return atomic_load_explicit(&delay_early, memory_order_relaxed) + qm__central_limbo_early();
 }
-#endif
+size_t qm__cache_delay_over_count(void) {
+  return atomic_load_explicit(&delay_over, memory_order_relaxed) + qm__central_limbo_over();
+}
 
 uintptr_t qm__cache_take_slow(unsigned c) {
   /* frees other threads sent this one come back to its bins first */

@@ -38,10 +38,11 @@ extern QM_HIDDEN bool qm__cache_checked;
  * zeroing) takes 64 or 32 bytes a step with them. Set by init, before any
  * allocation. */
 extern QM_HIDDEN uint8_t qm__vec;
-#ifdef QM_TEST_HOOKS
-/* Test hook: chunks that left a delayed-free ring early (the ring was full). */
+/* Delayed frees that went back into use before their D mallocs (stats,
+ * tests): a ring or the limbo was full (early), or all rings or the limbo
+ * held free_delay_kb (over). */
 size_t qm__cache_delay_early(void);
-#endif
+size_t qm__cache_delay_over_count(void);
 
 /* The slow paths: take one chunk of class c (refilling the cache), or give
  * one back (draining it). take returns 0 when the class is exhausted. In
@@ -71,6 +72,19 @@ typedef struct qm_checked {
                     * per ring step was 2% of hardening=max's small churn) */
 } qm_checked_t;
 extern __thread qm_checked_t qm__cc[QM_NCLASS] __attribute__((tls_model("initial-exec")));
+/* Bytes of the chunks in all of this thread's rings. A ring's 2D entries
+ * bound one class; this bounds them together, at free_delay_kb: a thread
+ * that frees a large class faster than it mallocs it held 16 MiB of each
+ * such class (mstress under hardening=max: 122 MB peak RSS, jemalloc 14). */
+extern __thread size_t qm__delay_bytes __attribute__((tls_model("initial-exec")));
+/* Over free_delay_kb: the rings that hold the most give their oldest
+ * chunks to the bins early (counted), down to three quarters of it. */
+void qm__cache_delay_over(void);
+QM_INLINE void qm_delay_add(size_t size) {
+  if (QM_UNLIKELY((qm__delay_bytes += size) > (size_t)qm__opt.free_delay_kb << 10))
+    qm__cache_delay_over();
+}
+QM_INLINE void qm_delay_sub(unsigned c) { qm__delay_bytes -= qm__class[c].size; }
 
 /* Checked mode's rare cases, out of line: the bin full (half of it to the
  * central list, then chunk in), empty (refilled from the central list,
@@ -145,8 +159,10 @@ QM_INLINE uintptr_t qm_cache_take_checked(unsigned c) {
   uint32_t d = (uint32_t)qm__opt.free_delay;
   if (d) {
     uint32_t now = ++k->clock;
-    while (qm_age_due(&k->q, k->ring, now, d))
+    while (qm_age_due(&k->q, k->ring, now, d)) {
       qm_checked_put(k, c, k->ring[qm_age_pop(&k->q, k->cap)].item);
+      qm_delay_sub(c);
+    }
     /* the ring's line after the oldest entry's (4 entries a line), read
      * a few mallocs of the class from now: written at the frees D mallocs
      * ago, it has left the cache since (past the ring's end: a prefetch
@@ -158,9 +174,10 @@ QM_INLINE uintptr_t qm_cache_take_checked(unsigned c) {
   return qm_checked_draw(k, c);
 }
 
-/* Checked mode's give of a chunk the caller zeroed and checked: into the
- * ring (or the bin when free_delay is 0). */
-QM_INLINE void qm_cache_give_checked(uintptr_t chunk, unsigned c) {
+/* Checked mode's give of a chunk (of class c, size bytes: the caller has
+ * the size at hand) the caller zeroed and checked: into the ring (or the
+ * bin when free_delay is 0). */
+QM_INLINE void qm_cache_give_checked(uintptr_t chunk, unsigned c, size_t size) {
   qm_checked_t *k = &qm__cc[c];
   if (QM_UNLIKELY(!k->slot)) {
     qm__cache_give_slow(chunk, c);
@@ -173,6 +190,7 @@ QM_INLINE void qm_cache_give_checked(uintptr_t chunk, unsigned c) {
   if (QM_UNLIKELY(qm_age_full(&k->q, k->cap)))
     qm__cache_ring_full(c);
   k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){chunk, k->clock};
+  qm_delay_add(size);
 }
 
 /* Gives the calling thread its cache (and owner id) if it has none yet and

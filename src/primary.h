@@ -139,9 +139,13 @@ void qm__central_hold(unsigned c, unsigned group, uintptr_t s, uint32_t age);
  * the age it has (at most D); returns how many: the caller's ring ages them
  * on. */
 unsigned qm__central_adopt(unsigned c, uintptr_t *items, uint32_t *ages, unsigned room);
-#ifdef QM_TEST_HOOKS
-/* Test hook: chunks that left a full limbo before their time. */
+/* Chunks that left the limbo before their time: a class's limbo was full
+ * (early), or the limbo of all classes held free_delay_kb (over). */
 size_t qm__central_limbo_early(void);
+size_t qm__central_limbo_over(void);
+#ifdef QM_TEST_HOOKS
+/* Test hook: bytes of the chunks in every class's limbo. */
+size_t qm__central_limbo_bytes(void);
 #endif
 /* Returns fully free pages of every class to the kernel now. */
 size_t qm__primary_purge_all(void);

@@ -968,7 +968,7 @@ QM_INLINE bool free_checked(uintptr_t a, uintptr_t off) {
     if (QM_UNLIKELY(bad))
       neighbour_error(a + size, rw, bad, -1, a);
   }
-  qm_cache_give_checked(qm_slot_make(a, qm_e_gen(fw)), c);
+  qm_cache_give_checked(qm_slot_make(a, qm_e_gen(fw)), c, size);
   return true;
 }
 

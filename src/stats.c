@@ -230,6 +230,10 @@ __attribute__((destructor)) static void stats_at_exit(void) {
       s.mappings_budget, NULL, 0);
   row("small bytes in use", s.small_in_use, "free", s.small_free, "committed", s.small_committed,
       "advised back", s.small_purged);
+  /* free_delay's promise, as the window's: zero is every chunk waited */
+  if (qm__opt.free_delay)
+    row("delayed frees let go early: ring full", qm__cache_delay_early(), "over free_delay_kb",
+        qm__cache_delay_over_count(), NULL, 0, NULL, 0);
   row("guarded allocations", s.guarded_allocs, "frees", s.guarded_frees, "reuses", s.guarded_reuses,
       "skipped", s.guarded_skipped);
   row("guarded live chunks", s.guarded_live_chunks, "bytes", s.guarded_live_bytes,

@@ -61,6 +61,9 @@ void qmt_log_forget(void) { qm__out_log_forget(); }
 uint32_t qmt_sample_left(void) { return qm__sample_left; }
 size_t qmt_zero_cap(size_t slots) { return qm__zero_cap(slots); }
 size_t qmt_delay_early(void) { return qm__cache_delay_early(); }
+size_t qmt_delay_over(void) { return qm__cache_delay_over_count(); }
+size_t qmt_delay_bytes(void) { return qm__delay_bytes; }
+size_t qmt_limbo_bytes(void) { return qm__central_limbo_bytes(); }
 
 static qm_aged_t age_ring[8];
 static qm_age_t age_q;

@@ -109,6 +109,12 @@ void qmt_age32_set_mark(uint32_t m);
 
 /* Checked mode: chunks that left a delayed-free ring early (it was full). */
 size_t qmt_delay_early(void);
+/* ... and those that left early because the rings (or the limbo) held
+ * free_delay_kb; the bytes the calling thread's rings hold, and the
+ * limbo's. */
+size_t qmt_delay_over(void);
+size_t qmt_delay_bytes(void);
+size_t qmt_limbo_bytes(void);
 
 /* Forgets the log file (option log_path) and any failure to open it. */
 void qmt_log_forget(void);

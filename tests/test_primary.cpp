@@ -1015,6 +1015,45 @@ TEST(MaxDelay, AFullRingPushesItsOldestOutEarly) {
   EXPECT_EQ(qmt_delay_early() - early, delayed - 2 * d);
 }
 
+// hardening=max: what the delay holds is bounded in bytes, free_delay_kb
+// for one thread's rings of every class and again for the limbo of exited
+// threads' frees: 1000 chunks of 16,000 bytes (16 MB; one class's ring alone
+// takes 2 * free_delay = 512 of them, 8 MiB) freed with no malloc between
+// leave at most that held, the rest back in use early and counted. Below
+// the budget nothing leaves early for it. In fresh threads: their rings
+// start empty, and no earlier test used these classes.
+TEST(MaxDelay, WhatTheDelayHoldsIsBoundedInBytes) {
+  size_t budget = qmt_option("free_delay_kb") << 10;
+  ASSERT_GE(budget, 64u << 10);
+  // twice, in two classes (the second thread adopts none of the first's):
+  // its rings join the first's in the limbo
+  for (size_t n : {16000, 24000})
+    std::thread([&] {
+      size_t size = qmt_class_chunk_size(qmt_class_of(n));
+      size_t few = budget / 2 / size; // half the budget
+      std::vector<void *> v(1000);
+      ASSERT_LT(budget / size, v.size() / 2) << "free_delay_kb is set too high for this test";
+      size_t delayed = 0; // guarded slots are quarantined, not delayed
+      for (void *&p : v)
+        delayed += !qmt_is_guarded(p = qm_malloc(n));
+      size_t over = qmt_delay_over();
+      for (size_t i = 0; i < few; i++)
+        qm_free(v[i]);
+      EXPECT_EQ(qmt_delay_over(), over) << "below the budget";
+      EXPECT_LE(qmt_delay_bytes(), budget);
+      for (size_t i = few; i < v.size(); i++) {
+        qm_free(v[i]);
+        ASSERT_LE(qmt_delay_bytes(), budget) << "after " << i + 1 << " frees";
+      }
+      EXPECT_GE(qmt_delay_bytes(), budget / 2); // bounded, not emptied
+      EXPECT_GE(qmt_delay_over(), over + delayed - budget / size) << "the rest left early";
+    }).join();
+  // the threads' rings went to the limbo at their exits: bounded the same
+  // way (each brought at least half the budget)
+  EXPECT_LE(qmt_limbo_bytes(), budget);
+  EXPECT_GT(qmt_limbo_bytes(), 0u);
+}
+
 // hardening=max's delayed reuse wherever a chunk is freed and whenever its
 // thread ends (unit-max, and unit-max-no-thread-cache where no thread has a
 // cache): mallocs of the chunk's class, all kept, until the chunk comes
