@@ -4,6 +4,8 @@
  * call chain of --depth frames, built once with frame pointers and once
  * without (the default of gcc -O2 on x86-64, and of Debian's libc); prints
  * ns per capture (median of 9 rounds) and the frames each found.
+ * The two chains are unwind_chain.c compiled twice, this file with frame
+ * pointers (bench/meson.build: clang has no per-function optimize("...")).
  * usage: unwind_cost [--depth D] [--iters N]
  */
 #include <stdint.h>
@@ -13,6 +15,7 @@
 #include <time.h>
 
 #include "qmalloc.h"
+#include "unwind_cost.h"
 
 unsigned qm__stack_capture(uintptr_t *pcs, unsigned max);
 
@@ -21,8 +24,7 @@ unsigned qm__stack_capture(uintptr_t *pcs, unsigned max);
 /* The walk one would write: follow %rbp, stop at anything that does not
  * look like the next frame up (it cannot know the stack's bounds without
  * pthread_getattr_np, which allocates). */
-__attribute__((noinline, optimize("no-omit-frame-pointer"))) static unsigned fp_walk(uintptr_t *pcs,
-                                                                                     unsigned max) {
+__attribute__((noinline)) static unsigned fp_walk(uintptr_t *pcs, unsigned max) {
   uintptr_t *fp = __builtin_frame_address(0);
   uintptr_t top = (uintptr_t)fp + ((uintptr_t)8 << 20);
   unsigned n = 0;
@@ -44,44 +46,24 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-typedef struct result {
-  uint64_t ns[2];
-  unsigned frames[2];
-} result_t;
-
 static unsigned iters = 20000;
-static volatile uintptr_t sink;
+volatile uintptr_t uc_sink;
 
 /* With frame pointers itself: a frame without one between the walk and the
  * chain (the compiler may use %rbp as a plain register there) ends it. */
-__attribute__((noinline, optimize("no-omit-frame-pointer"))) static void measure(result_t *r) {
+__attribute__((noinline)) void uc_measure(result_t *r) {
   uintptr_t pcs[FRAMES];
   for (int m = 0; m < 2; m++) {
     uint64_t t0 = now_ns();
     unsigned n = 0;
     for (unsigned i = 0; i < iters; i++) {
       n = m ? fp_walk(pcs, FRAMES) : qm__stack_capture(pcs, FRAMES);
-      sink = pcs[0];
+      uc_sink = pcs[0];
     }
     r->ns[m] = (now_ns() - t0) / iters;
     r->frames[m] = n;
   }
 }
-
-/* The same chain twice: with and without frame pointers; a local array
- * makes each frame use its stack as real code does. */
-#define CHAIN(name, attr)                                                                          \
-  __attribute__((noinline, attr)) static void name(int d, result_t *r) {                           \
-    volatile char pad[64];                                                                         \
-    pad[0] = (char)d;                                                                              \
-    if (d > 1)                                                                                     \
-      name(d - 1, r);                                                                              \
-    else                                                                                           \
-      measure(r);                                                                                  \
-    sink += (uintptr_t)pad[0];                                                                     \
-  }
-CHAIN(chain_fp, optimize("no-omit-frame-pointer"))
-CHAIN(chain_nofp, optimize("omit-frame-pointer"))
 
 static int cmp(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -101,7 +83,7 @@ int main(int argc, char **argv) {
     uint64_t ns[2][9];
     result_t r;
     for (int k = 0; k < 9; k++) {
-      (c ? chain_nofp : chain_fp)(depth, &r);
+      (c ? uc_chain_nofp : uc_chain_fp)(depth, &r);
       ns[0][k] = r.ns[0];
       ns[1][k] = r.ns[1];
     }

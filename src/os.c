@@ -382,9 +382,14 @@ int qm_os_populate(void *p, size_t len) {
   if (r == EINVAL) {
     /* before 5.14 (5.10): a write to each page, an atomic or of 0 that
      * leaves the word as another thread has it; without it the ring of
-     * dead records faulted ~100 pages in 1024 reuses on 5.10.265 */
+     * dead records faulted ~100 pages in 1024 reuses on 5.10.265. The
+     * access is volatile: an or of 0 whose result is unused changes
+     * nothing in the C model, and clang (19) removed it, so nothing was
+     * prefilled (a plain store of the byte read could undo a racing
+     * writer's store) */
     for (size_t off = 0; off < len; off += qm__page)
-      atomic_fetch_or_explicit((_Atomic uint64_t *)((char *)p + off), 0, memory_order_relaxed);
+      atomic_fetch_or_explicit((volatile _Atomic uint64_t *)((char *)p + off), 0,
+                               memory_order_relaxed);
     r = 0;
   }
   return r;
