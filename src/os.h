@@ -131,6 +131,9 @@ bool qm_os_move_spans_vmas(void);
  * says no; qm__os_refused_moves() counts the moves refused so. */
 void qm__os_one_vma_moves(bool on);
 size_t qm__os_refused_moves(void);
+/* Test hook: ranges given to mmap, munmap, mprotect, madvise or mremap
+ * that were not whole pages (qm__page) since the start. */
+size_t qm__os_off_page(void);
 #endif
 
 /* Whether a mapping of span bytes, rw of them writable, could be granted
