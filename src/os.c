@@ -180,7 +180,21 @@ static void layout_bounds(uintptr_t *lo, uintptr_t *hi) {
 #else
   *lo = top / 128;
   *hi = top / 4;
+  /* A small address space: arm64 with 39-bit VA (4 KiB pages, 3 levels:
+   * 512 GiB of user space), and qemu-user's aarch64 guest, whose stack and
+   * program it puts below 2^39 too. [top/128, top/4) would be 124 GiB, less
+   * than the primary's largest span: up to top/2 (256 GiB), still below a
+   * PIE program (2/3 of the space, ELF_ET_DYN_BASE) and the mappings the
+   * kernel places down from below the stack. */
+  if (top <= (uintptr_t)1 << 40)
+    *hi = top / 2;
 #endif
+}
+
+size_t qm_os_layout_bytes(void) {
+  uintptr_t lo, hi;
+  layout_bounds(&lo, &hi);
+  return hi - lo;
 }
 
 /* A draw from the layout's stream: one getrandom for the seed, then a
