@@ -188,6 +188,7 @@ struct PinnedAndDrained {
 // The point of the protect strategy: free + reuse of a written 1 MiB chunk
 // and rewriting all of it take no page fault at all.
 TEST_F(Large, ReuseTakesNoFaultsOnFastPathKernels) {
+  QMT_SKIP_IF_EMULATED("page faults are qemu's and the host kernel's, not the program's");
   const qm_probe_result_t *r = qm_probe_result();
   if (r->strategy != QM_STRATEGY_PROTECT || !r->fast_dirty)
     GTEST_SKIP() << "strategy " << qm_strategy_name(r->strategy) << ": " << r->reason;
