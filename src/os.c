@@ -420,18 +420,30 @@ int qm_os_populate(void *p, size_t len) {
   }
   return r;
 }
-/* Whether the first page of a range just given guard markers faults: a
- * write(2) from it to a pipe, EFAULT where the marker is there. qemu-user
- * (7.2) answers 0 to every madvise it does not pass through, the markers
- * included, and installs nothing; the guard would not fault. Where no pipe
- * can be made (no fd left), the kernel's answer is trusted. */
-static bool guard_faults(void *p) {
+/* Whether guard markers fault: tested once, on a scratch page of our own
+ * (RW, so that only the marker can make it fault: a range given to
+ * qm_os_guard_install may be PROT_NONE already), by a write(2) from it to
+ * a pipe, EFAULT where the marker is there. qemu-user (7.2) answers 0 to
+ * every madvise it does not pass through, the markers included, and
+ * installs nothing. Where the test cannot be made (no fd, no memory left),
+ * the kernel's answer is trusted. */
+static bool guard_markers_fault(void) {
+  int saved = errno;
+  bool faults = true;
+  void *p = mmap(NULL, qm__page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   int fd[2];
-  if (pipe2(fd, O_CLOEXEC | O_NONBLOCK))
-    return true;
-  bool faults = write(fd[1], p, 1) < 0 && errno == EFAULT;
-  close(fd[0]);
-  close(fd[1]);
+  if (p != MAP_FAILED) {
+    COUNT(mmap);
+    COUNT(madvise);
+    if (!madvise(p, qm__page, MADV_GUARD_INSTALL) && !pipe2(fd, O_CLOEXEC | O_NONBLOCK)) {
+      faults = write(fd[1], p, 1) < 0 && errno == EFAULT;
+      close(fd[0]);
+      close(fd[1]);
+    }
+    COUNT(munmap);
+    munmap(p, qm__page);
+  }
+  errno = saved;
   return faults;
 }
 
@@ -446,9 +458,7 @@ int qm_os_guard_install(void *p, size_t len) {
   int r = advise(p, len, MADV_GUARD_INSTALL, "madvise(MADV_GUARD_INSTALL)", true);
   if (r || k == 1)
     return r;
-  int saved = errno;
-  bool ok = guard_faults(p);
-  errno = saved;
+  bool ok = guard_markers_fault();
   atomic_store_explicit(&guard_works, ok ? 1 : 2, memory_order_relaxed);
   return ok ? 0 : EINVAL;
 }
