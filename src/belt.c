@@ -189,6 +189,12 @@ void qm__belt_init(bool mirror) {
    * as the belt grows into them) */
   for (size_t len = reservation_bytes(); len >= MIN_SEGS * SEG; len = (len / 2) & ~(SEG - 1))
     for (size_t span = len * GROWTH; span >= len; span /= 2) {
+      /* at most a quarter of the layout, the mirror included: a span
+       * reserved while the mirror's found no room stays taken, and in a
+       * 39-bit address space (a 252 GiB layout, os.c) the tries at 64 GiB
+       * windows used the layout up; there the window is 8 GiB */
+      if (span * (mirror ? 2 : 1) > qm_os_layout_bytes() / 4)
+        continue;
       size_t nseg = span >> SEG_SHIFT;
       void *segs;
       if (qm_os_map_guarded(qm_page_up(nseg * sizeof(belt_seg_t)), QM_PROT_RW, &segs))

@@ -151,7 +151,9 @@ static __thread bool initializing __attribute__((tls_model("initial-exec")));
 
 /* The widest vectors the CPU runs and the kernel saves (XCR0): 2 for
  * AVX-512F (opmask and ZMM state too, bits 5-7), 1 for AVX2 (YMM state,
- * bits 1-2), else 0. */
+ * bits 1-2), else 0. Elsewhere 0: on arm64 the zero check's generic loop
+ * of 16-byte vectors is NEON's, which every arm64 CPU has; SVE is not
+ * used. */
 static uint8_t cpu_vec(void) {
 #if defined(__x86_64__)
   unsigned a, b, c, d, lo, hi;

@@ -311,7 +311,7 @@ extern char **environ;
 __attribute__((weak)) const char *qmalloc_default_options(void);
 
 void qm__options_init(void) {
-  static char procbuf[4096];
+  static char procbuf[4096]; /* bytes of the file, not a page */
   qm__options_reset();
   if (qmalloc_default_options)
     qm__options_apply("qmalloc_default_options()", qmalloc_default_options());

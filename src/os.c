@@ -19,6 +19,7 @@
 #include "qm.h"
 #include "random.h"
 #include "report.h"
+#include "ro.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -51,7 +52,21 @@ static int check(const char *call, void *p, size_t len, bool einval_ok, int save
   qm__report_os_failure(call, p, len, err);
 }
 
+#ifdef QM_TEST_HOOKS
+/* Test hook: ranges given to the kernel that are not whole pages of the
+ * page size the process runs with (a 4 KiB assumption on a 16 or 64 KiB
+ * kernel), counted where release builds check nothing */
+static atomic_size_t off_page;
+size_t qm__os_off_page(void) { return atomic_load(&off_page); }
+#define WHOLE_PAGES(p, len)                                                                        \
+  ((((uintptr_t)(p) | (len)) & (qm__page - 1)) || !(len) ? (void)atomic_fetch_add(&off_page, 1)    \
+                                                         : (void)0)
+#else
+#define WHOLE_PAGES(p, len) ((void)0)
+#endif
+
 static void check_range(void *p, size_t len) {
+  WHOLE_PAGES(p, len);
   QM_DCHECK(((uintptr_t)p & (qm__page - 1)) == 0);
   QM_DCHECK(len && (len & (qm__page - 1)) == 0);
   (void)p;
@@ -66,6 +81,7 @@ int qm_os_map(size_t len, size_t align, qm_prot_t prot, void **out) {
   size_t span = len + (align > qm__page ? align - qm__page : 0);
   if (span < len)
     return ENOMEM;
+  WHOLE_PAGES(0, span);
   COUNT(mmap);
   int saved = errno;
   void *p = mmap(NULL, span, pr, flags, -1, 0);
@@ -113,6 +129,7 @@ int qm_os_unmap_guarded(void *p, size_t len) {
  * qm_os_map); without VM_ACCOUNT a part made inaccessible again has the
  * same flags as its neighbours and merges back with them. */
 int qm_os_reserve(size_t len, void **out) {
+  WHOLE_PAGES(0, len);
   COUNT(mmap);
   int saved = errno;
   void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -163,7 +180,21 @@ static void layout_bounds(uintptr_t *lo, uintptr_t *hi) {
 #else
   *lo = top / 128;
   *hi = top / 4;
+  /* A small address space: arm64 with 39-bit VA (4 KiB pages, 3 levels:
+   * 512 GiB of user space), and qemu-user's aarch64 guest, whose stack and
+   * program it puts below 2^39 too. [top/128, top/4) would be 124 GiB, less
+   * than the primary's largest span: up to top/2 (256 GiB), still below a
+   * PIE program (2/3 of the space, ELF_ET_DYN_BASE) and the mappings the
+   * kernel places down from below the stack. */
+  if (top <= (uintptr_t)1 << 40)
+    *hi = top / 2;
 #endif
+}
+
+size_t qm_os_layout_bytes(void) {
+  uintptr_t lo, hi;
+  layout_bounds(&lo, &hi);
+  return hi - lo;
 }
 
 /* A draw from the layout's stream: one getrandom for the seed, then a
@@ -192,8 +223,8 @@ uintptr_t qm_os_span(size_t len, size_t align) {
     if (atomic_compare_exchange_strong(&lay_next, &cur, base))
       cur = base;
   }
-  /* 1 to 4096 pages (16 MiB) of gap: a span's address says little of the
-   * next one's */
+  /* 1 to 4096 pages (a count: 16 MiB with 4 KiB pages, 256 MiB with 64
+   * KiB) of gap: a span's address says little of the next one's */
   size_t gap = (1 + layout_rand() % 4096) << qm__page_shift;
   for (;;) {
     uintptr_t start = qm_align_up(cur + gap, align);
@@ -394,8 +425,47 @@ int qm_os_populate(void *p, size_t len) {
   }
   return r;
 }
+/* Whether guard markers fault: tested once, on a scratch page of our own
+ * (RW, so that only the marker can make it fault: a range given to
+ * qm_os_guard_install may be PROT_NONE already), by a write(2) from it to
+ * a pipe, EFAULT where the marker is there. qemu-user (7.2) answers 0 to
+ * every madvise it does not pass through, the markers included, and
+ * installs nothing. Where the test cannot be made (no fd, no memory left),
+ * the kernel's answer is trusted. */
+static bool guard_markers_fault(void) {
+  int saved = errno;
+  bool faults = true;
+  void *p = mmap(NULL, qm__page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  int fd[2];
+  if (p != MAP_FAILED) {
+    COUNT(mmap);
+    COUNT(madvise);
+    if (!madvise(p, qm__page, MADV_GUARD_INSTALL) && !pipe2(fd, O_CLOEXEC | O_NONBLOCK)) {
+      faults = write(fd[1], p, 1) < 0 && errno == EFAULT;
+      close(fd[0]);
+      close(fd[1]);
+    }
+    COUNT(munmap);
+    munmap(p, qm__page);
+  }
+  errno = saved;
+  return faults;
+}
+
+/* 0 not known yet, 1 the markers work, 2 they do not (EINVAL from then on:
+ * the callers fall back to mprotect as on a kernel before 6.13) */
+static atomic_int guard_works;
+
 int qm_os_guard_install(void *p, size_t len) {
-  return advise(p, len, MADV_GUARD_INSTALL, "madvise(MADV_GUARD_INSTALL)", true);
+  int k = atomic_load_explicit(&guard_works, memory_order_relaxed);
+  if (k == 2)
+    return EINVAL;
+  int r = advise(p, len, MADV_GUARD_INSTALL, "madvise(MADV_GUARD_INSTALL)", true);
+  if (r || k == 1)
+    return r;
+  bool ok = guard_markers_fault();
+  atomic_store_explicit(&guard_works, ok ? 1 : 2, memory_order_relaxed);
+  return ok ? 0 : EINVAL;
 }
 int qm_os_guard_remove(void *p, size_t len) {
   return advise(p, len, MADV_GUARD_REMOVE, "madvise(MADV_GUARD_REMOVE)", true);
@@ -417,7 +487,7 @@ static bool one_vma_range(uintptr_t p, size_t len, qm_buf_t *out) {
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return true;
-  char buf[4096];
+  char buf[4096]; /* a read buffer, not a page */
   size_t have = 0;
   bool found = false, one = false, done = false;
   for (;;) {
@@ -625,7 +695,7 @@ long qm_os_count_mappings(void) {
     errno = saved;
     return -1;
   }
-  char buf[4096];
+  char buf[4096]; /* a read buffer, not a page */
   long lines = 0;
   for (;;) {
     ssize_t r = read(fd, buf, sizeof buf);
@@ -642,11 +712,17 @@ long qm_os_count_mappings(void) {
 }
 
 /* The page size, from the auxiliary vector: here in the OS layer, below
- * both init and the probe, which calls it when it runs before init. */
+ * both init and the probe, which calls it when it runs before init; every
+ * page computation of qmalloc uses it (qm__page, qm__page_shift). Without
+ * AT_PAGESZ (no kernel omits it), sysconf's answer; failing that, the
+ * largest page size of the kernels qmalloc runs on (QM_RO_ALIGN, arm64's
+ * 64 KiB): ranges aligned to it are aligned to any smaller page. */
 void qm__init_page_size(void) {
   size_t pg = (size_t)getauxval(AT_PAGESZ);
-  if (!qm_is_pow2(pg))
-    pg = 4096;
+  if (!qm_is_pow2(pg)) {
+    long sc = sysconf(_SC_PAGESIZE);
+    pg = sc > 0 && qm_is_pow2((size_t)sc) ? (size_t)sc : QM_RO_ALIGN;
+  }
   qm__page_shift = (unsigned)__builtin_ctzll(pg);
   qm__page = pg;
 }

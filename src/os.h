@@ -48,6 +48,9 @@ int qm_os_reserve_fixed(void *p, size_t len);
  * qm_os_span: len bytes (a page multiple) at an address aligned to align
  * (a power of two, at least the page size), at a random distance after the
  * last span; 0 when the layout is exhausted. Lock-free. */
+/* Bytes of the layout qm_os_span takes spans from (it depends on the
+ * address space: 1 to 32 TiB with 47 bits, 4 to 256 GiB with 39). */
+size_t qm_os_layout_bytes(void);
 uintptr_t qm_os_span(size_t len, size_t align);
 /* In a fork child: the layout's gaps drawn afresh, so that two children's
  * next spans do not land at one address. */
@@ -131,6 +134,9 @@ bool qm_os_move_spans_vmas(void);
  * says no; qm__os_refused_moves() counts the moves refused so. */
 void qm__os_one_vma_moves(bool on);
 size_t qm__os_refused_moves(void);
+/* Test hook: ranges given to mmap, munmap, mprotect, madvise or mremap
+ * that were not whole pages (qm__page) since the start. */
+size_t qm__os_off_page(void);
 #endif
 
 /* Whether a mapping of span bytes, rw of them writable, could be granted

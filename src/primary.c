@@ -200,7 +200,16 @@ int qm__primary_init(uint64_t secret) {
   /* the classes, the zero-size region, and a guard page below them all:
    * a span of the layout, claimed as each class grows (the guard page at
    * once); where something is in the way of the guard page, another span */
-  for (unsigned shift = RSHIFT_MAX, tries = 0; shift >= RSHIFT_MIN; tries++) {
+  /* at most a quarter of the layout: the spans a failed try took stay
+   * taken, and in a small address space (39-bit VA: a 252 GiB layout) the
+   * largest regions (53 << 33: 424 GiB) never fit, and tries at shifts that
+   * fit only from a low base used up the layout; in about 1 process in 12
+   * under qemu-user, which puts the aarch64 guest below 2^39, no shift was
+   * left with room and there was no small heap */
+  unsigned first = RSHIFT_MAX;
+  while (first > RSHIFT_MIN && ((size_t)(QM_NCLASS + 1) << first) > qm_os_layout_bytes() / 4)
+    first--;
+  for (unsigned shift = first, tries = 0; shift >= RSHIFT_MIN; tries++) {
     size_t span = (size_t)(QM_NCLASS + 1) << shift;
     uintptr_t p = qm_os_span(span + qm__page, qm__page);
     int err = p ? qm_os_claim((void *)p, qm__page, QM_PROT_NONE) : ENOMEM;

@@ -23,11 +23,12 @@
 
 #define RO __attribute__((section("qm_ro")))
 
-/* the section's start, from the linker; this member makes it page-aligned.
+/* the section's start, from the linker; this member aligns it to
+ * QM_RO_ALIGN, a page boundary on every page size.
  * Hidden: the linker would otherwise export it, and dlsym would find the
  * sealed keys */
 extern char __start_qm_ro[] __attribute__((visibility("hidden")));
-RO __attribute__((aligned(4096), used)) static char ro_align[8];
+RO __attribute__((aligned(QM_RO_ALIGN), used)) static char ro_align[8];
 RO qm_options_t qm__opt;
 RO qm_option_strings_t qm__opt_str;
 RO qm_class_info_t qm__class[QM_NCLASS + 1];

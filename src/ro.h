@@ -75,7 +75,12 @@ void qm__late_seal(const void *fixed);
 void qm__ro_unseal(void);
 void qm__ro_range(void **lo, void **hi);
 #endif
-/* The page of padding that ends the section (ro_end.c). */
-extern __attribute__((visibility("hidden"))) char qm__ro_end[4096];
+/* The section's start and end alignment: the largest page size of the
+ * kernels qmalloc runs on (arm64's 64 KiB; x86-64's and most arm64 kernels'
+ * 4 KiB, 16 KiB on some), so that sealing covers whole pages of the
+ * section's own whatever the page size the process finds at run time. */
+#define QM_RO_ALIGN 65536
+/* The padding that ends the section (ro_end.c). */
+extern __attribute__((visibility("hidden"))) char qm__ro_end[QM_RO_ALIGN];
 
 #endif

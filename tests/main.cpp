@@ -1,10 +1,54 @@
 // main.cpp: the gtest entry point of every test binary. Death tests run in
 // the "threadsafe" style (a fresh exec of the binary), because the allocator
 // under test has threads and locks that a plain fork() would copy mid-flight.
+// Under an emulator (qmt_emulated) the binary is the target's, which the
+// host cannot exec by itself (no binfmt_misc): the fresh process is started
+// through the emulator, as meson started this one (MESON_EXE_WRAPPER: the
+// guest's execve of the host's qemu runs it natively); without the wrapper
+// in the environment, in the "fast" style (fork only).
 #include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "shim.h"
+
+// The command that runs a target program: MESON_EXE_WRAPPER's words, its
+// first resolved in PATH (execv does not search it); empty where there is none.
+static std::vector<std::string> exe_wrapper() {
+  std::vector<std::string> w;
+  const char *env = getenv("MESON_EXE_WRAPPER");
+  std::istringstream in(env ? env : "");
+  for (std::string s; in >> s;)
+    w.push_back(s);
+  if (w.empty() || w[0].find('/') != std::string::npos)
+    return w;
+  std::istringstream path(getenv("PATH") ? getenv("PATH") : "");
+  for (std::string dir; std::getline(path, dir, ':');) {
+    std::string cand = dir + "/" + w[0];
+    if (access(cand.c_str(), X_OK) == 0) {
+      w[0] = cand;
+      return w;
+    }
+  }
+  return {};
+}
 
 int main(int argc, char **argv) {
   testing::InitGoogleTest(&argc, argv);
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const char *style = "threadsafe";
+  if (qmt_emulated()) {
+    std::vector<std::string> w = exe_wrapper();
+    if (w.empty()) {
+      style = "fast";
+    } else {
+      for (const std::string &a : testing::internal::GetArgvs())
+        w.push_back(a);
+      testing::internal::SetInjectableArgvs(w);
+    }
+  }
+  GTEST_FLAG_SET(death_test_style, style);
   return RUN_ALL_TESTS();
 }

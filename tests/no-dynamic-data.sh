@@ -9,7 +9,9 @@ lib=$1
 syms=$(readelf --dyn-syms -W "$lib" | awk 'NR > 3 && $7 != "UND"')
 fns=$(echo "$syms" | awk '$4 == "FUNC" || $4 == "IFUNC"' | wc -l)
 [ "$fns" -gt 0 ] || { echo "no functions exported by $lib: readelf found nothing"; exit 1; }
-data=$(echo "$syms" | awk '$4 != "FUNC" && $4 != "IFUNC" && $6 != "HIDDEN" && $6 != "INTERNAL" {print $8}')
+# section symbols (arm64's linker puts .init's and .data's in the table)
+# name no object
+data=$(echo "$syms" | awk '$4 != "FUNC" && $4 != "IFUNC" && $4 != "SECTION" && $6 != "HIDDEN" && $6 != "INTERNAL" {print $8}')
 if [ -n "$data" ]; then
   echo "data exported by $lib:"
   echo "$data"

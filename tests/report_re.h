@@ -12,10 +12,20 @@
 
 // A stack: its frames, each "#N 0xPC (module+0xOFF)" and maybe a symbol.
 #define QM_FRAMES "(" QM_FRAME "\n)+"
+// The end of the output: under qemu-user (QMT_EMULATED_BUILD, a cross
+// build run through the cross file's exe_wrapper: tests/meson.build) the
+// emulator adds a line of its own after a death by SIGSEGV or SIGABRT
+// ("qemu: uncaught target signal 11 (Segmentation fault) - core dumped":
+// qemu 7.2 prints it whenever its core dump returns, RLIMIT_CORE 0 too)
+#ifdef QMT_EMULATED_BUILD
+#define QM_EOR "\n(qemu: uncaught target signal [^[:cntrl:]]+\n)?$"
+#else
+#define QM_EOR "\n$"
+#endif
 // the symbolizer's hint, then SUMMARY, the last line
-#define QM_SUMMARY_END QM_HINT "\n" QM_SUMMARY "\n$"
+#define QM_SUMMARY_END QM_HINT "\n" QM_SUMMARY QM_EOR
 // SUMMARY naming a function of the program: "SUMMARY: qmalloc: <kind> (module+0xOFF) fn+0xN"
-#define QM_SUMMARY_IN(kind, fn) QM_HINT "\n" QM_SUMMARY_AT(kind, fn) "\n$"
+#define QM_SUMMARY_IN(kind, fn) QM_HINT "\n" QM_SUMMARY_AT(kind, fn) QM_EOR
 #define QM_ACCESSED QM_ACCESS_HEAD "\n" QM_FRAMES
 #define QM_CALL QM_CALL_HEAD "\n" QM_FRAMES
 // a report with no stacks kept: the offending call's, then SUMMARY

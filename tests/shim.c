@@ -222,6 +222,8 @@ void qmt_one_vma_moves(int on) { qm__os_one_vma_moves(on); }
 size_t qmt_refused_moves(void) { return qm__os_refused_moves(); }
 int qmt_move_spans_vmas(void) { return qm_os_move_spans_vmas(); }
 void qmt_no_populate(int on) { qm__os_no_populate(on); }
+size_t qmt_off_page_ranges(void) { return qm__os_off_page(); }
+size_t qmt_lib_page(void) { return qm__page; }
 long qmt_minflt(void) {
   struct rusage ru;
   getrusage(RUSAGE_THREAD, &ru);

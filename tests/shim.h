@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -166,6 +167,20 @@ void qmt_prot_of(const void *p, char out[5]);
  * maps has a line per guard page). */
 size_t qmt_inaccessible_pages(uintptr_t lo, uintptr_t hi);
 size_t qmt_page(void);
+/* Ranges qmalloc gave mmap, munmap, mprotect, madvise or mremap that were
+ * not whole pages of qmt_page() (qm__os_off_page). */
+size_t qmt_off_page_ranges(void);
+/* The page size qmalloc read at start (qm__page). */
+size_t qmt_lib_page(void);
+/* The one check of emulation: the emulator's name ("qemu-user") where the
+ * tests run under one, else NULL. From QMT_EMULATED, which tests/meson.build
+ * sets for every test of a cross build whose programs run through an
+ * exe_wrapper: inside the emulated process nothing tells qemu-user apart
+ * reliably (uname, auxv and /proc/self/exe are the guest's). */
+static inline const char *qmt_emulated(void) {
+  const char *e = getenv("QMT_EMULATED");
+  return e && *e ? e : NULL;
+}
 /* qm_os_read_file: what qmalloc reads proc and sys files with. */
 long qmt_read_file(const char *path, char *buf, size_t cap);
 /* The metadata mappings qmalloc holds now (meta chunks, record table, hash

@@ -23,6 +23,9 @@ TEST(Api, MallocZeroGivesUniqueFreeablePointers) {
 }
 
 TEST(Api, AbsurdSizesAreEnomem) {
+  // qemu-user 7.2 keeps flags for every page the guest maps: the 32 TiB
+  // asked for here took 24 GiB of the host's memory before the OOM killer
+  QMT_SKIP_IF_EMULATED("qemu-user's bookkeeping of a 32 TiB mapping exhausts the host's memory");
   for (size_t n : {SIZE_MAX, SIZE_MAX / 2, size_t{1} << 47, size_t{1} << 45}) {
     errno = 0;
     EXPECT_EQ(qm_malloc(n), nullptr) << n;

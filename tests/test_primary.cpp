@@ -3,6 +3,7 @@
 // thread exit handing caches back, and free pages going back to the kernel.
 #include <gtest/gtest.h>
 
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -986,6 +987,30 @@ TEST(Primary, GlobalStateIsReadOnly) {
     qmt_prot_of(reinterpret_cast<void *>(a), prot);
     EXPECT_STREQ(prot, "r--p") << "page " << (a - lo) / qmt_page();
   }
+}
+
+// The sealed section starts and ends on a 64 KiB boundary (QM_RO_ALIGN),
+// a page boundary on 4, 16 and 64 KiB kernels alike, so sealing it changes
+// no page of other data whatever page size the process runs with; and
+// every range qmalloc gave the kernel, after small, aligned, large and
+// guarded chunks, was whole pages of the page size it runs with.
+TEST(Primary, SealedSectionAndMappingsFollowThePageSize) {
+  std::vector<void *> keep;
+  for (size_t n : {8ul, 100ul, 4000ul, 40000ul, 300000ul, 5000000ul})
+    keep.push_back(qm_malloc(n));
+  for (size_t a : {64ul, 4096ul, 16384ul, 65536ul})
+    keep.push_back(qm_aligned_alloc(a, 3 * a));
+  keep.push_back(qm_realloc(qm_malloc(200000), 900000));
+  for (void *p : keep) {
+    ASSERT_NE(p, nullptr);
+    qm_free(p);
+  }
+  uintptr_t lo, hi;
+  qmt_ro_range(&lo, &hi);
+  EXPECT_EQ(lo % 65536, 0u) << "the sealed section's start";
+  EXPECT_EQ(hi % 65536, 0u) << "the sealed section's end";
+  EXPECT_EQ(qmt_lib_page(), static_cast<size_t>(getauxval(AT_PAGESZ))) << "qmalloc's page size";
+  EXPECT_EQ(qmt_off_page_ranges(), 0u) << "ranges not whole pages of " << qmt_page() << " bytes";
 }
 
 TEST(PrimaryDeathTest, WritingTheSealedStateFaults) {

@@ -15,6 +15,16 @@
 #include "report_re.h"
 #include "shim.h"
 
+// Skips a test whose result means nothing under an emulator (qmt_emulated):
+// qemu-user runs the program on the host's kernel and page tables, so fault
+// counts, timings and the probe's verdict are the host's and the emulator's,
+// and RLIMIT_AS is not applied to the guest (qemu ignores it).
+#define QMT_SKIP_IF_EMULATED(why)                                                                  \
+  do {                                                                                             \
+    if (const char *emu_ = qmt_emulated())                                                         \
+      GTEST_SKIP() << "under " << emu_ << ": " << (why);                                           \
+  } while (0)
+
 // The library runs no belt in a build under AddressSanitizer (secondary.c).
 constexpr bool asan_build() {
 #if defined(__SANITIZE_ADDRESS__)

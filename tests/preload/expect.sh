@@ -26,8 +26,17 @@ done
 shift
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
-env "${envs[@]}" LD_PRELOAD="$lib" "$@" 2>"$err" >/dev/null
+# under qemu-user (QMT_EMULATED: tests/meson.build) the program runs
+# through the cross file's wrapper, LD_PRELOAD handed to the guest alone
+# (-E), and the emulator's own line on a death by signal is dropped
+pre=(LD_PRELOAD="$lib") run=()
+if [ -n "${QMT_EMULATED:-}" ]; then
+  read -r -a run <<<"${MESON_EXE_WRAPPER:?QMT_EMULATED without MESON_EXE_WRAPPER}"
+  pre=() run+=(-E "LD_PRELOAD=$lib")
+fi
+env "${envs[@]}" "${pre[@]}" "${run[@]}" "$@" 2>"$err" >/dev/null
 rc=$?
+[ -z "${QMT_EMULATED:-}" ] || sed -i '/^qemu: uncaught target signal /d' "$err"
 if [ "$rc" -eq 77 ]; then
   cat "$err"
   exit 77
