@@ -6,7 +6,8 @@
  * request and a freed chunk, calloc memory is zero, errors give NULL and the
  * documented errno, and a successful call leaves errno alone; with
  * free_delay = D, a freed small chunk comes back only after more than D
- * hand-outs of its class (unless the delay ring overflowed). A zero-size
+ * hand-outs of its class (unless a delay ring overflowed or the rings held
+ * free_delay_kb: counted). A zero-size
  * chunk is never read or written (it faults). Live memory is bounded, so one
  * input never holds more than LIVE_MAX bytes; every input frees all it
  * allocated. Run under QMALLOC_OPTIONS=hardening=max too (the fuzz suite). */
@@ -242,12 +243,16 @@ static freed_t *freed_slot(uintptr_t p) {
   return &freed[h];
 }
 
+/* Frees that left a delay ring or the limbo early, as they may: a ring or
+ * the limbo was full, or held free_delay_kb. */
+static uint64_t delay_early(void) { return qm__cache_delay_early() + qm__cache_delay_over_count(); }
+
 static void note_free(const void *p) {
   if (!qm__opt.free_delay || !is_small(p) || class_at(p) >= QM_NCLASS || nfreed >= FREED_SLOTS / 2)
     return;
   freed_t *f = freed_slot((uintptr_t)p);
   nfreed += !f->p;
-  *f = (freed_t){(uintptr_t)p, handed[class_at(p)], qm__cache_delay_early()};
+  *f = (freed_t){(uintptr_t)p, handed[class_at(p)], delay_early()};
 }
 
 /* A small chunk handed out (a realloc that stayed put is not one). */
@@ -259,8 +264,9 @@ static void note_handout(const chunk_t *c) {
   freed_t *f = freed_slot((uintptr_t)c->p);
   if (!f->p)
     return;
-  /* a ring that overflowed pushed its oldest out early: that is allowed */
-  if (f->early == qm__cache_delay_early() && now - f->at <= qm__opt.free_delay)
+  /* a ring that overflowed, or the rings over free_delay_kb, pushed their
+   * oldest out early: that is allowed, and counted */
+  if (f->early == delay_early() && now - f->at <= qm__opt.free_delay)
     die("a freed chunk came back within free_delay hand-outs of its class", c,
         (size_t)(now - f->at));
   f->at = 0, f->early = (uint64_t)-1; /* live again: a tombstone, not a hole */
