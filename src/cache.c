@@ -205,8 +205,8 @@ static void ring_push(unsigned c, uintptr_t chunk) {
   qm_checked_t *k = &qm__cc[c];
   if (qm_age_full(&k->q, k->cap))
     qm__cache_ring_full(c);
+  qm_delay_add(qm__class[c].size); /* before the push, as qm_cache_give_checked */
   k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){chunk, k->clock};
-  qm_delay_add(qm__class[c].size);
 }
 
 /* A malloc of class c: chunks freed more than free_delay mallocs ago may

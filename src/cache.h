@@ -189,8 +189,10 @@ QM_INLINE void qm_cache_give_checked(uintptr_t chunk, unsigned c, size_t size) {
   }
   if (QM_UNLIKELY(qm_age_full(&k->q, k->cap)))
     qm__cache_ring_full(c);
-  k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){chunk, k->clock};
+  /* before the push: what leaves early for the budget is older, never the
+   * chunk this free delays */
   qm_delay_add(size);
+  k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){chunk, k->clock};
 }
 
 /* Gives the calling thread its cache (and owner id) if it has none yet and
