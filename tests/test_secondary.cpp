@@ -1895,7 +1895,10 @@ TEST_F(Large, PooledPagesServeSmallerAndLargerRequests) {
   char prot[5];
   qmt_prot_of(q + smaller, prot);
   EXPECT_STREQ(prot, "---p") << "past the request";
-  EXPECT_EQ(qmt_resident(q, MiB), MiB) << "and resident";
+  // qemu-user's mincore fails (ENOMEM) on a range that holds PROT_NONE
+  // pages, where Linux's does not: under an emulator the open part only
+  size_t seen = qmt_emulated() ? smaller : MiB;
+  EXPECT_EQ(qmt_resident(q, seen), seen) << "and resident";
   qm_free(q);
   EXPECT_EQ(stats().quarantine_resident_bytes, MiB) << "all of them pooled again";
   char *r = static_cast<char *>(qm_malloc(MiB));
