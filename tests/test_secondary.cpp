@@ -310,7 +310,10 @@ TEST_F(Large, HugePagesFollowHowDenselyChunksAreWritten) {
     std::memset(p, 1, MiB);
     qm_free(p);
   }
-  EXPECT_LE(fresh_faults(), 256) << "written densely: huge pages again";
+  // under AddressSanitizer the pokes also write the chunk's shadow, a
+  // byte for 8 (its 1 MiB faults in page by page: 258 seen)
+  long shadow = asan_build() ? static_cast<long>(8 * MiB / 8 / qmt_page()) : 0;
+  EXPECT_LE(fresh_faults(), 256 + shadow) << "written densely: huge pages again";
 }
 
 // A THP chunk is opened in whole huge pages and ends flush at the last one:
