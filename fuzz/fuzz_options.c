@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "options.h"
-#include "ro.h"
+#include "optparse.h"
+#include "seal.h"
 
 enum { K_BOOL, K_UINT, K_ENUM, K_STR };
 

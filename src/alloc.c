@@ -44,7 +44,7 @@ static void *small_alloc_plain(size_t n, size_t align) {
   size_t req = over ? aligned_req(n, align) : n;
   for (unsigned c = qm_class_of(req); c < QM_NCLASS; c++) {
     qm_bin_t *b = &qm__bin[c];
-    uintptr_t s = b->count ? b->slot[--b->count] : qm__cache_take_slow(c);
+    uintptr_t s = b->count ? b->slot[--b->count] : qm__small_take_slow(c);
     if (s)
       return qm__small_hand_out(s, c, n, align);
     if (over)

@@ -19,7 +19,7 @@
  * of band, per granule (0: no chunk starts here; else the requested size
  * plus one, with BOOT_FREED once freed), so that a free of anything but a
  * live chunk's start is reported, never silently ignored. The base is
- * sealed with the rest of init's state (ro.c); the table stays writable:
+ * sealed with the rest of init's state (sealed.c); the table stays writable:
  * the most a write to it does is make one free of a start-up chunk pass. */
 #define BOOT_BYTES ((size_t)64 << 10)
 #define BOOT_FREED ((uint32_t)1 << 31)
@@ -49,6 +49,14 @@ void *qm__boot_alloc(size_t n) {
 bool qm__boot_on_guard(uintptr_t a) {
   return qm__boot_base &&
          (a - (qm__boot_base - qm__page) < qm__page || a - (qm__boot_base + BOOT_BYTES) < qm__page);
+}
+
+bool qm__boot_describe_guard(uintptr_t a, qm_place_t *pl) {
+  if (!qm__boot_on_guard(a))
+    return false;
+  pl->access = QM_ACC_GUARD;
+  qm_buf_str(&pl->words, "guard page of qmalloc's start-up arena");
+  return true;
 }
 
 bool qm__boot_owns(const void *p) {

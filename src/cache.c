@@ -1,19 +1,14 @@
-/* cache.c: creation, refill, drain and death of thread caches. A thread's
- * bins are in its TLS; its slot arrays and its entry in the registry (stats,
- * fork) come from meta memory and are recycled when it exits, after its
- * chunks went back to the central lists. After that the thread is DEAD: it
- * allocates straight from the central lists, so allocations in later TLS
- * destructors still work.
+/* cache.c: refill and drain of a thread's cache: its bins (in its TLS, over
+ * slot arrays the thread life cycle gives it, life.c) and checked mode's
+ * delayed-free rings, between the thread and the central lists. Only the
+ * owning thread touches them. A thread without a cache (EMPTY: made on its
+ * first need, through qm__small_up; DEAD: its thread is exiting) works on
+ * the central lists directly, so allocations in late TLS destructors work.
  */
 #include "cache.h"
 
-#include <pthread.h>
-#include <string.h>
-
-#include "lock.h"
-#include "meta.h"
 #include "options.h"
-#include "smallstate.h"
+#include "up.h"
 
 enum { TC_EMPTY, TC_LIVE, TC_DEAD };
 
@@ -34,139 +29,16 @@ __thread size_t qm__delay_bytes __attribute__((tls_model("initial-exec")));
 static _Atomic size_t delay_early; /* left a full ring early */
 static _Atomic size_t delay_over;  /* left early for free_delay_kb */
 
-/* A thread's registration: where its bins are, and its slot storage. */
-typedef struct qm_tcache {
-  qm_bin_t *bin; /* the owning thread's qm__bin */
-  uintptr_t *slots;
-  qm_aged_t *rings; /* 2 * free_delay entries per class, when free_delay > 0 */
-  unsigned id;      /* owner id of the chunks it hands out; kept across reuse */
-  struct qm_tcache *next, *prev;
-} qm_tcache_t;
-
 __thread qm_checked_t qm__cc[QM_NCLASS] __attribute__((tls_model("initial-exec")));
-static __thread qm_tcache_t *self __attribute__((tls_model("initial-exec")));
 /* This thread's group of the central lists: 0 until it has a cache, then
  * the group with the fewest live caches, kept after the thread's cache is
  * gone (its later frees go to the central lists) */
 static __thread unsigned group __attribute__((tls_model("initial-exec")));
-static size_t group_live[QM_GROUPS]; /* live caches per group, under registry_lock */
-static unsigned group_next;          /* where the search for the fewest starts */
 static __thread int state __attribute__((tls_model("initial-exec")));
-
-static qm_lock_t registry_lock = QM_LOCK_INIT;
-static qm_tcache_t *registry; /* live caches */
-static qm_tcache_t *spares;   /* registrations of exited threads, for reuse */
-static size_t nthreads;
-static unsigned next_id = 1; /* owner ids given out so far, under registry_lock */
-static pthread_key_t exit_key;
-static bool key_ok;
 
 static uint32_t ring_cap_calc(unsigned c) {
   size_t cap = 2 * (size_t)qm__opt.free_delay, fit = QM_DELAY_BYTES / qm__class[c].size;
   return (uint32_t)(cap < fit ? cap : fit ? fit : 1);
-}
-
-/* How far down the spare registrations cache_create looks for the id it
- * would rather have. */
-#define ADOPT_SCAN 64
-
-/* Gives this thread's bins their slots, with owner id `want` if an exited
- * thread left it (0: any); false if there is no memory for them, in which
- * case the thread allocates from the central lists. */
-static bool cache_create(unsigned want) {
-  qm_lock(&registry_lock);
-  qm_tcache_t **link = &spares;
-  for (unsigned k = 0; want && *link && k < ADOPT_SCAN; k++, link = &(*link)->next)
-    if ((*link)->id == want)
-      break;
-  if (!*link || (*link)->id != want)
-    link = &spares;
-  qm_tcache_t *tc = *link;
-  if (tc)
-    *link = tc->next;
-  qm_unlock(&registry_lock);
-  if (!tc) {
-    qm_lock(&registry_lock);
-    unsigned id = next_id < QM_MAX_OWNERS ? next_id++ : 0;
-    qm_unlock(&registry_lock);
-    if (!id)
-      return false; /* every owner id is some live thread's: run on the central lists */
-    size_t slots = 0;
-    for (unsigned c = 0; c < QM_NCLASS; c++)
-      slots += qm__class[c].cache_max;
-    /* the rings' pages are touched only as they fill */
-    size_t ring_bytes = (size_t)QM_NCLASS * 2 * qm__opt.free_delay * sizeof(qm_aged_t);
-    tc = qm__meta_alloc(sizeof *tc + ring_bytes + slots * sizeof(uintptr_t));
-    if (!tc)
-      return false;
-    tc->id = id;
-    tc->rings = (qm_aged_t *)(tc + 1);
-    tc->slots = (uintptr_t *)((char *)tc->rings + ring_bytes);
-  }
-  rings = tc->rings;
-  uintptr_t *s = tc->slots;
-  for (unsigned c = 0; c < QM_NCLASS; c++) {
-    qm__bin[c].count = 0;
-    qm__cc[c] = (qm_checked_t){.slot = qm__cache_checked ? s : NULL,
-                               .ring = rings + (size_t)c * 2 * qm__opt.free_delay,
-                               .cap = qm__opt.free_delay ? ring_cap_calc(c) : 0};
-    qm__bin[c].slot = s;
-    qm__bin[c].max = qm__cache_checked ? 0 : qm__class[c].cache_max;
-    s += qm__class[c].cache_max;
-  }
-  tc->bin = qm__bin;
-  self = tc;
-  qm__state_adopt(tc->id);
-  qm_rand_thread_seed();
-  state = TC_LIVE; /* before setspecific, which may itself call malloc */
-  /* the fewest live caches; among equals, the one holding the most free
-   * bytes (a thread that takes over from one that exited takes over its
-   * memory: in the hand-off bench, successors going round the groups left
-   * each predecessor's chunks idle, up to QM_STEAL_MIN per class, and the
-   * peak RSS 30% above jemalloc's), then the next one round. The bytes are
-   * read before registry_lock: fork takes the central locks before it. */
-  size_t bytes[QM_GROUPS];
-  qm__central_group_bytes(bytes);
-  qm_lock(&registry_lock);
-  unsigned best = group_next % QM_GROUPS;
-  for (unsigned k = 1; k < QM_GROUPS; k++) {
-    unsigned g = (group_next + k) % QM_GROUPS;
-    if (group_live[g] < group_live[best] ||
-        (group_live[g] == group_live[best] && bytes[g] > bytes[best]))
-      best = g;
-  }
-  group = best;
-  group_live[best]++;
-  group_next = best + 1;
-  tc->prev = NULL;
-  tc->next = registry;
-  if (registry)
-    registry->prev = tc;
-  registry = tc;
-  nthreads++;
-  qm_unlock(&registry_lock);
-  /* pthread_setspecific allocates only for keys past the first 32 */
-  if (key_ok)
-    pthread_setspecific(exit_key, tc);
-  return true;
-}
-
-/* Whether the thread has a cache, created on first need; false when it
- * runs without one (option thread_cache=0, no memory, or thread exiting). */
-static bool have_cache(void) {
-  if (state == TC_LIVE)
-    return true;
-  if (state == TC_DEAD || !qm__opt.thread_cache)
-    return false;
-  return cache_create(0);
-}
-
-bool qm__cache_ensure(unsigned want) {
-  if (state == TC_LIVE)
-    return true;
-  if (state == TC_DEAD || !qm__opt.thread_cache)
-    return false;
-  return cache_create(want);
 }
 
 /* The count this thread's bin of class c is kept under. */
@@ -239,7 +111,7 @@ static void adopt(unsigned c) {
 /* At exit: each ring's chunks wait out the rest of their D mallocs in the
  * limbo, not in the central lists, where the next thread's refill would
  * have them at once. */
-static void ring_flush(void) {
+void qm__cache_ring_flush(void) {
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     qm_checked_t *k = &qm__cc[c];
     while (k->q.n) {
@@ -279,9 +151,19 @@ size_t qm__cache_delay_over_count(void) {
   return atomic_load_explicit(&delay_over, memory_order_relaxed) + qm__central_limbo_over();
 }
 
+/* Whether the thread has a cache, made on first need; false when it runs
+ * without one (option thread_cache=0, no memory, or thread exiting). */
+bool qm__cache_ensure(unsigned want) {
+  if (state == TC_LIVE)
+    return true;
+  if (state == TC_DEAD || !qm__opt.thread_cache)
+    return false;
+  return qm__small_up.cache_create(want);
+}
+
+static bool have_cache(void) { return qm__cache_ensure(0); }
+
 uintptr_t qm__cache_take_slow(unsigned c) {
-  /* frees other threads sent this one come back to its bins first */
-  qm__state_drain();
   if (!have_cache()) {
     uintptr_t one;
     return qm__central_take(c, group, &one, 1, true) ? one : 0;
@@ -333,77 +215,45 @@ void qm__cache_give_slow(uintptr_t chunk, unsigned c) {
     bin_put(c, chunk);
 }
 
-void qm__cache_flush_self(void) {
-  uintptr_t was = qm_busy_enter();
-  qm__small_pend_flush();
-  qm__state_flush_outbox();
+void qm__cache_attach(uintptr_t *s, qm_aged_t *r) {
+  rings = r;
+  for (unsigned c = 0; c < QM_NCLASS; c++) {
+    qm__bin[c].count = 0;
+    qm__cc[c] = (qm_checked_t){.slot = qm__cache_checked ? s : NULL,
+                               .ring = rings + (size_t)c * 2 * qm__opt.free_delay,
+                               .cap = qm__opt.free_delay ? ring_cap_calc(c) : 0};
+    qm__bin[c].slot = s;
+    qm__bin[c].max = qm__cache_checked ? 0 : qm__class[c].cache_max;
+    s += qm__class[c].cache_max;
+  }
+}
+
+void qm__cache_go_live(void) { state = TC_LIVE; }
+
+void qm__cache_set_group(unsigned g) { group = g; }
+
+bool qm__cache_live(void) { return state == TC_LIVE; }
+
+void qm__cache_flush_bins(void) {
   for (unsigned c = 0; state == TC_LIVE && c < QM_NCLASS; c++) {
     uint32_t *n = count_of(c);
     if (*n)
       qm__central_give(c, group, qm__bin[c].slot, *n);
     *n = 0;
   }
-  qm_busy_leave(was);
 }
 
-static void on_thread_exit(void *arg) {
-  qm_tcache_t *tc = arg;
-  if (state != TC_LIVE || tc != self)
-    return;
-  uintptr_t was = qm_busy_enter();
-  qm__state_drain();
-  qm__cache_flush_self();
-  if (qm__opt.free_delay)
-    ring_flush();
-  qm__state_retire(tc->id);
+void qm__cache_detach(void) {
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     qm__bin[c].max = 0;    /* every later call takes the slow path */
     qm__cc[c].slot = NULL; /* checked mode's too */
   }
   state = TC_DEAD;
-  qm_lock(&registry_lock);
-  if (tc->prev)
-    tc->prev->next = tc->next;
-  else
-    registry = tc->next;
-  if (tc->next)
-    tc->next->prev = tc->prev;
-  nthreads--;
-  group_live[group]--;
-  tc->next = spares;
-  spares = tc;
-  qm_unlock(&registry_lock);
-  qm_busy_leave(was);
 }
-
-size_t qm__cache_held_bytes(void) {
-  size_t bytes = 0;
-  qm_lock(&registry_lock);
-  for (qm_tcache_t *tc = registry; tc; tc = tc->next)
-    for (unsigned c = 0; c < QM_NCLASS; c++)
-      bytes += (size_t)__atomic_load_n(&tc->bin[c].count, __ATOMIC_RELAXED) * qm__class[c].size;
-  /* checked mode's counts are in each thread's TLS: not counted here */
-  qm_unlock(&registry_lock);
-  return bytes;
-}
-
-size_t qm__cache_threads(void) { return nthreads; }
 
 unsigned qm__cache_group(void) { return group; }
 
-void qm__cache_init(void) { key_ok = pthread_key_create(&exit_key, on_thread_exit) == 0; }
-
-void qm__cache_fork_prepare(void) { qm_fork_lock(&registry_lock); }
-void qm__cache_fork_parent(void) { qm_unlock(&registry_lock); }
-unsigned qm__cache_ids(void) { return next_id; }
-
-/* In a fork child: the chunks of this thread's bins in a fresh order, and
- * every free chunk it holds (bins, parked frees, delayed-free rings) with a
- * fresh generation, hence a fresh canary: what the parent's first mallocs
- * would hand out, and with which canary, tells nothing of a child's, nor
- * one child's of another's (the central lists are redrawn by the primary). */
-static void fork_reshuffle(void) {
-  qm__small_pend_regen();
+void qm__cache_reshuffle(qm_regen_fn regen) {
   if (state != TC_LIVE)
     return;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
@@ -416,33 +266,13 @@ static void fork_reshuffle(void) {
       slot[j] = t;
     }
     for (uint32_t i = 0; i < n; i++)
-      slot[i] = qm__small_regen(slot[i], c);
+      slot[i] = regen(slot[i], c);
     qm_checked_t *k = &qm__cc[c];
     k->next = n ? qm_rand_below(n) : 0;
     if (qm__opt.free_delay)
       for (uint32_t i = 0; i < k->q.n; i++) {
         qm_aged_t *e = &k->ring[qm_age_at(&k->q, i, k->cap)];
-        e->item = qm__small_regen(e->item, c);
+        e->item = regen(e->item, c);
       }
   }
-}
-
-/* Only the forking thread lives on in the child. The other threads' caches
- * may have been in mid-update when fork() copied them: their chunks are
- * abandoned rather than trusted, and their ids closed (the frees of the
- * chunks they owned take the closed path). The caller's own cache stays
- * registered. */
-void qm__cache_fork_child(void) {
-  qm_lock_reinit(&registry_lock);
-  for (qm_tcache_t *tc = registry; tc; tc = tc->next)
-    if (tc != self || state != TC_LIVE)
-      qm__state_orphan(tc->id);
-  registry = state == TC_LIVE ? self : NULL;
-  nthreads = registry ? 1 : 0;
-  memset(group_live, 0, sizeof group_live);
-  group_live[group] = nthreads;
-  if (registry)
-    registry->next = registry->prev = NULL;
-  qm__state_fork_settle();
-  fork_reshuffle();
 }

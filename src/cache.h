@@ -1,4 +1,5 @@
-/* cache.h: per-thread caches of small chunks. A thread's bins live in its
+/* cache.h: per-thread caches of small chunks (cache.c; made, registered
+ * and retired by the thread life cycle, life.c). A thread's bins live in its
  * own TLS (initial-exec: one fs-relative access, no pointer to chase) and
  * start with no room at all, so its first malloc and first free take the
  * slow path, which gives the bins their slot arrays. Only the owning thread
@@ -200,21 +201,27 @@ QM_INLINE void qm_cache_give_checked(uintptr_t chunk, unsigned c, size_t size) {
  * whether it has one now. A thread whose first act is to free what an
  * exited thread allocated (a successor in a hand-off) so inherits that
  * thread's id: the chunks are its own, freed on the fast path, instead of
- * each sent to whichever thread took the id. */
+ * each sent to whichever thread took the id. The cache is made above
+ * (qm__small_up.cache_create, life.c). */
 bool qm__cache_ensure(unsigned want);
-/* Empties the calling thread's cache into the central lists. */
-void qm__cache_flush_self(void);
-/* Sum of chunks held by all thread caches, in bytes (racy: for stats). */
-size_t qm__cache_held_bytes(void);
-size_t qm__cache_threads(void);
 
-void qm__cache_init(void); /* the thread-exit key; after the primary */
-void qm__cache_fork_prepare(void);
-/* Owner ids given out so far, 1..qm__cache_ids()-1 (read under fork's
- * hold of the registry lock). */
-unsigned qm__cache_ids(void);
-void qm__cache_fork_parent(void);
-void qm__cache_fork_child(void);
+/* For the thread life cycle (life.c): the thread's bins over slot storage
+ * s (every class's cache_max slots in turn) and its delay rings r; the
+ * cache live (after the thread's id is adopted); its group of the central
+ * lists; whether it is live. */
+void qm__cache_attach(uintptr_t *s, qm_aged_t *r);
+void qm__cache_go_live(void);
+void qm__cache_set_group(unsigned g);
+bool qm__cache_live(void);
+/* Its bins into the central lists; its rings into the limbo (free_delay);
+ * the cache gone for good (thread exit: every later call takes the slow
+ * path, on the central lists). */
+void qm__cache_flush_bins(void);
+void qm__cache_ring_flush(void);
+void qm__cache_detach(void);
+/* A fork child's: the bins in a fresh order, each chunk in them and in
+ * the rings renamed by regen (a fresh generation). */
+void qm__cache_reshuffle(qm_regen_fn regen);
 /* The calling thread's group of the central lists. */
 unsigned qm__cache_group(void);
 

@@ -11,14 +11,9 @@
 #include <ucontext.h>
 
 #include "describe.h"
-#include "guarded.h"
-#include "large_report.h"
 #include "options.h"
-#include "primary.h"
 #include "report.h"
-#include "secondary.h"
 #include "stack.h"
-#include "zero.h"
 
 static void fault_handler_install(void);
 
@@ -159,7 +154,7 @@ static void on_segv(int sig, siginfo_t *si, void *ctx) {
   if (pl.access == QM_ACC_LIVE)
     return;
   qm_kept_t kept;
-  if (pl.chunk && pl.kind == QM_CK_LARGE && qm__large_kept(a, &kept))
+  if (pl.chunk && pl.kind == QM_CK_LARGE && qm__describe_kept(a, &kept))
     qm__report_kept(&kept);
   qm__report_fault_summary(&pl, pc + k, n - k);
 }

@@ -15,7 +15,6 @@
 
 #include "age.h"
 #include "cache.h"
-#include "init.h"
 #include "lock.h"
 #include "options.h"
 #include "os.h"
@@ -50,7 +49,7 @@ typedef struct gclass {
 } gclass_t;
 
 static __thread bool armed __attribute__((tls_model("initial-exec")));
-/* Fixed once set up, sealed (ro.h): base, span, strategy, budget, shape. */
+/* Fixed once set up, sealed (seal.h): base, span, strategy, budget, shape. */
 #define GF (*qm__gfix)
 #define FX(c) (GF.cls[(c)-G.cls])
 

@@ -14,14 +14,14 @@
 #include "qm.h"
 #include "qmalloc.h"
 #include "report.h"
-#include "ro.h"
+#include "seal.h"
 
 /* The per-thread countdown to the next sampled malloc: the one thing the
  * malloc fast path pays for sampling (a decrement and a branch). Starts at 1
  * in every thread, so a thread's first small malloc arms it. */
 /* qm__sample_left, in thread.h */
 
-/* The slots' reservation (sealed, ro.h); both 0 until the first guarded
+/* The slots' reservation (sealed, seal.h); both 0 until the first guarded
  * allocation, and then never changed: a pointer in it was handed out after
  * they were set. */
 QM_INLINE bool qm_guarded_owns(const void *p) {

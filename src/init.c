@@ -23,18 +23,20 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "boot.h"
 #include "cache.h"
 #include "fault.h"
 #include "guarded.h"
+#include "life.h"
 #include "meta.h"
-#include "options.h"
+#include "optparse.h"
 #include "os.h"
 #include "out.h"
 #include "primary.h"
 #include "qm.h"
 #include "random.h"
 #include "report.h"
-#include "ro.h"
+#include "seal.h"
 #include "secondary.h"
 #include "smallstate.h"
 #include "stack.h"
@@ -68,8 +70,8 @@ static void fork_lock_all(void) {
   qm__primary_lock_all();
   qm__zero_fork_prepare();
   qm_fork_lock(&qm__meta_lock);
-  qm__cache_fork_prepare();
-  qm__state_fork_prepare(qm__cache_ids());
+  qm__life_fork_prepare();
+  qm__state_fork_prepare(qm__life_ids());
 }
 
 /* With one thread, nobody but this thread can hold a lock or be inside
@@ -113,7 +115,7 @@ static void fork_prepare(void) {
 static void fork_parent(void) {
   if (!fork_nested) {
     qm__state_fork_parent();
-    qm__cache_fork_parent();
+    qm__life_fork_parent();
     qm_unlock(&qm__meta_lock);
     qm__zero_fork_parent();
     qm__primary_unlock_all();
@@ -141,7 +143,7 @@ static void fork_child(void) {
   qm__zero_fork_child();
   qm__primary_fork_locks();
   qm__state_fork_child();
-  qm__cache_fork_child();
+  qm__life_fork_child();
   qm__primary_fork_child(qm__cache_group(), qm__small_regen);
   qm__large_fork_child();
   qm__guarded_fork_child();
@@ -205,7 +207,7 @@ void qm__init_slow(void) {
   __atomic_store_n(&init_state, 2, __ATOMIC_RELEASE);
   initializing = false;
   /* these may allocate: done after init is visible, so they recurse safely */
-  qm__cache_init();
+  qm__life_init();
   qm__unwind_init();
   qm__fault_report_init();
   pthread_atfork(fork_prepare, fork_parent, fork_child);

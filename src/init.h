@@ -1,6 +1,7 @@
-/* init.h: lazy, allocation-free process initialisation. qm__small_limit is
- * 0 until init is done, so every request takes a slow path that calls
- * qm__init() first; after that it is the large threshold in bytes.
+/* init.h: lazy, allocation-free process initialisation. qm__small_limit
+ * (primary.h) is 0 until init is done, so every request takes a slow path
+ * that calls qm__init() first; after that it is the large threshold in
+ * bytes.
  */
 #ifndef QM_INIT_H
 #define QM_INIT_H
@@ -9,10 +10,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-extern __attribute__((visibility("hidden"))) size_t qm__small_limit;
-/* The per-process secret, odd once set (early in init): keys the small
- * chunks' checksums and seeds the large chunks' reuse choice. */
-extern __attribute__((visibility("hidden"))) uint64_t qm__secret;
 void qm__init_slow(void);
 extern __attribute__((visibility("hidden"))) int qm__init_done;
 

@@ -20,7 +20,7 @@
 #include "lock.h"
 #include "qm.h"
 #include "random.h"
-#include "ro.h"
+#include "seal.h"
 #include "stack.h"
 
 #define NIL UINT32_MAX
@@ -166,7 +166,7 @@ typedef struct qm_large {
 
 extern QM_HIDDEN qm_large_t qm__large;
 #define S qm__large
-/* What is fixed once the secondary is ready, sealed (ro.h). */
+/* What is fixed once the secondary is ready, sealed (seal.h). */
 #define LF (*qm__lfix)
 
 /* Page classes, four per doubling: bins of quarantined chunks by capacity,

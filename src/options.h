@@ -1,6 +1,7 @@
-/* options.h: the parsed runtime options, one field per line of options.def.
+/* options.h: the parsed runtime options, one field per line of options.def:
+ * the values only, which every part reads (the parser is optparse.c).
  * Written only during init (or by the tests' re-parse hook), read everywhere
- * after; parsing never allocates.
+ * after.
  */
 #ifndef QM_OPTIONS_H
 #define QM_OPTIONS_H
@@ -43,27 +44,5 @@ enum {
 enum { QM_WAY_AUTO, QM_WAY_PROTECT, QM_WAY_MOVE };
 enum { QM_PURGE_DONTNEED, QM_PURGE_FREE };
 enum { QM_HARDENING_DEFAULT, QM_HARDENING_MAX };
-
-/* Sets the defaults, then applies qmalloc_default_options() (weak, a linked
- * program may define it) and the QMALLOC_OPTIONS environment variable. */
-void qm__options_init(void);
-/* Applies one "name=value:name=value" string over the current values;
- * source names it in warnings. Returns the number of warnings printed. */
-int qm__options_apply(const char *source, const char *s);
-/* The same over *o, reading at most n bytes of s (it stops at a NUL too);
- * a NULL source counts warnings but prints none. The fuzzer's entry point:
- * every field it writes is within its table range. */
-int qm__options_parse(qm_options_t *o, const char *source, const char *s, size_t n);
-/* Applies the hardening profile to *o: max turns every check on. */
-void qm__options_profile(qm_options_t *o);
-/* Turns values into the ones in force where the allocator rounds them
- * (guard_interval_kb, guard_align), so that what verbose and help print is
- * what runs. */
-void qm__options_settle(qm_options_t *o);
-void qm__options_reset(void);
-/* Prints every option with its value and doc, one per line, to stderr. */
-void qm__options_print(void);
-/* Prints every option with its value in force, range, default and doc. */
-void qm__options_help(void);
 
 #endif

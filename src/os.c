@@ -19,7 +19,7 @@
 #include "qm.h"
 #include "random.h"
 #include "report.h"
-#include "ro.h"
+#include "seal.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23

@@ -73,7 +73,7 @@ typedef struct central {
 
 /* The committed counts and the central lists steer every allocation: they
  * live in a metadata mapping between guard pages, made at init, reached
- * through sealed pointers (qm__committed, qm__central: ro.c), not in .bss
+ * through sealed pointers (qm__committed, qm__central: sealed.c), not in .bss
  * where a stray write past the library's data could redirect them. Until
  * init (or where its mapping failed) the central lists are these, which
  * nothing allocates from: fork and stats may still walk them. */

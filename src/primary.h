@@ -17,8 +17,8 @@
 
 #include "fmt.h"
 #include "qm.h"
+#include "thread.h"
 
-#define QM_NCLASS 52
 #define QM_ZCLASS QM_NCLASS /* the zero-size region */
 /* A chunk of class size S serves requests n with n + 8 <= S: the 8 canary
  * bytes after the request always lie inside the chunk. */
@@ -41,6 +41,10 @@ extern QM_HIDDEN qm_class_info_t qm__class[QM_NCLASS + 1];
 /* Bytes of each region that are RW; only grows (0 for QM_ZCLASS). */
 /* (In the primary's metadata mapping between guard pages, reached through
  * a sealed pointer: zeroed, never-written counts until init.) */
+/* Requests below it are small: 0 until init is done (every request then
+ * takes the slow path, which initialises), then the large threshold in
+ * bytes (init.c sets it). */
+extern QM_HIDDEN size_t qm__small_limit;
 extern QM_HIDDEN _Atomic size_t *qm__committed;
 extern QM_HIDDEN uintptr_t qm__pbase;
 extern QM_HIDDEN size_t qm__pspan; /* 0 until init: every pointer then looks large */

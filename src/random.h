@@ -58,4 +58,8 @@ uint64_t qm_random_u64(void);
 /* In a fork child, from the atfork handler, before anything else draws. */
 void qm__random_fork_child(void);
 
+/* The per-process secret, odd once set (early in init): keys the small
+ * chunks' checksums and seeds the large chunks' reuse choice. */
+extern QM_HIDDEN uint64_t qm__secret;
+
 #endif

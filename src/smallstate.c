@@ -16,14 +16,14 @@
 #include <immintrin.h>
 #endif
 
-#include "alloc.h"
 #include "cache.h"
 #include "lock.h"
 #include "meta.h"
 #include "options.h"
 #include "qmalloc.h"
 #include "report.h"
-#include "ro.h"
+#include "seal.h"
+#include "up.h"
 #include "zero.h"
 
 /* the calling thread's hot state (thread.h): it owns nothing, and its
@@ -51,6 +51,14 @@ QM_INLINE uintptr_t chunk_of(uintptr_t a, uintptr_t off, unsigned *cls, uintptr_
 }
 
 /* ---- describing addresses (qm__describe) ---- */
+
+bool qm__small_describe_heap(uintptr_t a, qm_place_t *pl) {
+  if (a < qm__pbase && qm__pbase - a <= qm__page && qm__pspan) {
+    qm_buf_str(&pl->words, "guard page below the small-chunk heap");
+    return true;
+  }
+  return qm__small_describe(a, pl);
+}
 
 bool qm__small_describe(uintptr_t a, qm_place_t *pl) {
   uintptr_t off = a - qm__pbase, roff, index;
@@ -519,7 +527,7 @@ typedef struct owner_slot {
 } __attribute__((aligned(64))) owner_slot_t;
 /* The steering state (every id's inbox and lock, the shared stack of
  * spare batches and its lock) lives in a metadata mapping between guard
- * pages, mapped at init; the pointer to it is sealed (qm__smeta, ro.c). In
+ * pages, mapped at init; the pointer to it is sealed (qm__smeta, sealed.c). In
  * .bss it sat where a stray write past the library's data could redirect
  * frees. */
 struct qm_state_meta {
@@ -826,7 +834,7 @@ void qm__state_drain(void) {
       /* not a small chunk: applied as the free it is, with its own mark */
       uintptr_t was = qm__freeing;
       qm__freeing = 0;
-      qm_free((void *)p);
+      qm__small_up.free((void *)p);
       qm__freeing = was;
       continue;
     }
@@ -842,6 +850,12 @@ void qm__state_drain(void) {
       qm__small_release(s, c);
     }
   }
+}
+
+uintptr_t qm__small_take_slow(unsigned c) {
+  /* frees other threads sent this one come back to its bins first */
+  qm__state_drain();
+  return qm__cache_take_slow(c);
 }
 
 /* ---- checked mode's own malloc and free ----
@@ -881,7 +895,7 @@ void *qm__small_malloc_checked_fast(size_t n, unsigned c, uintptr_t was) {
   if (QM_UNLIKELY(c >= QM_NCLASS || drain_due() || qm__opt.guard_all || !qm__cc[c].slot ||
                   !(s = qm_cache_take_checked(c)))) {
     qm_freeing_restore(was);
-    return qm__malloc_slow(n);
+    return qm__small_up.malloc_slow(n);
   }
   void *p = hand_out_checked(s, c, n);
   qm_freeing_restore(was);

@@ -184,6 +184,9 @@ bool qm__small_resize(void *p, uintptr_t ch, unsigned c, uint64_t *e, uint64_t w
  * program's own doing), a guard, space by one, an unused part, or the
  * zero-size region. Lock-free. */
 bool qm__small_describe(uintptr_t addr, qm_place_t *pl);
+/* The same, and the guard page below the heap: the describer init
+ * registers (describe.h). */
+bool qm__small_describe_heap(uintptr_t addr, qm_place_t *pl);
 
 /* Thread identity, for cache.c: a thread takes id (1..QM_MAX_OWNERS-1)
  * with its cache, applying what was sent to the id while nobody had it;
@@ -192,6 +195,9 @@ bool qm__small_describe(uintptr_t addr, qm_place_t *pl);
  * the senders, under the id's lock). */
 void qm__state_adopt(unsigned id);
 void qm__state_drain(void);
+/* malloc's refill of class c (qm__cache_take_slow) once what other threads
+ * sent this one is back in its bins. */
+uintptr_t qm__small_take_slow(unsigned c);
 void qm__state_flush_outbox(void);
 void qm__state_retire(unsigned id);
 /* In a fork child: the ids of the parent's other threads have no thread;
@@ -222,5 +228,10 @@ void qm__state_fork_prepare(unsigned ids);
 qm_lock_t *qm__state_owner_lock(unsigned id);
 void qm__state_fork_parent(void);
 void qm__state_fork_child(void);
+
+/* The small chunks' steering state, in guarded metadata (smallstate.c);
+ * the pointer sealed (sealed.c). */
+struct qm_state_meta;
+extern QM_HIDDEN struct qm_state_meta *qm__smeta;
 
 #endif

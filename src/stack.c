@@ -18,9 +18,7 @@
 #include <unistd.h>
 #include <unwind.h>
 
-#include "init.h"
 #include "out.h"
-#include "report.h"
 
 /* Why libgcc's unwinder and not a frame-pointer walk (bench/unwind_cost.c
  * measures both): Debian's libc and most programs are built without frame
@@ -109,7 +107,7 @@ static _Unwind_Reason_Code step(struct _Unwind_Context *c, void *arg) {
  * tables are registered (its _dl_find_object knows no .eh_frame), and libgcc
  * aborts when it cannot find its own frame: a stack taken there would kill
  * the process. A dynamic program has its loader's tables from the start. */
-static int unwind_ok, ctors_ran;
+static int unwind_ok, ctors_ran, init_ran;
 
 /* No PT_INTERP in the program's headers: nothing loaded it, its libc is
  * linked in (static or static-pie). */
@@ -170,6 +168,7 @@ static void unwind_enable(void) {
 
 void qm__unwind_init(void) {
   self_range();
+  __atomic_store_n(&init_ran, 1, __ATOMIC_RELEASE);
   if (__atomic_load_n(&ctors_ran, __ATOMIC_ACQUIRE) || !program_is_static())
     unwind_enable();
 }
@@ -181,7 +180,7 @@ void qm__unwind_init(void) {
  * keep no stack ("no stack recorded"). */
 __attribute__((constructor)) static void unwind_constructor(void) {
   __atomic_store_n(&ctors_ran, 1, __ATOMIC_RELEASE);
-  if (__atomic_load_n(&qm__init_done, __ATOMIC_ACQUIRE) &&
+  if (__atomic_load_n(&init_ran, __ATOMIC_ACQUIRE) &&
       !__atomic_load_n(&unwind_ok, __ATOMIC_ACQUIRE))
     unwind_enable();
 }

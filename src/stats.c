@@ -13,6 +13,7 @@
 #include "fmt.h"
 #include "guarded.h"
 #include "init.h"
+#include "life.h"
 #include "meta.h"
 #include "options.h"
 #include "os.h"
@@ -38,13 +39,13 @@ QM_EXPORT void qm_stats(qm_stats_t *s) {
   qm__guarded_stats(s);
   qm_primary_stats_t p;
   qm__primary_stats(&p);
-  size_t cached = qm__cache_held_bytes();
+  size_t cached = qm__life_held_bytes();
   s->small_reserved = p.reserved;
   s->small_committed = p.committed;
   s->small_free = p.central_free + cached;
   s->small_in_use = p.carved > s->small_free ? p.carved - s->small_free : 0;
   s->small_purged = p.purged_bytes;
-  s->threads = qm__cache_threads();
+  s->threads = qm__life_threads();
 }
 
 QM_EXPORT struct mallinfo2 qm_mallinfo2(void) {
@@ -65,7 +66,7 @@ QM_EXPORT struct mallinfo2 qm_mallinfo2(void) {
 QM_EXPORT int qm_malloc_trim(size_t pad) {
   (void)pad;
   qm__init();
-  qm__cache_flush_self();
+  qm__life_flush_self();
   size_t released = qm__primary_purge_all();
   released += qm__large_trim();
   return released != 0;

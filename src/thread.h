@@ -10,8 +10,11 @@
 
 #include <stdint.h>
 
-#include "primary.h"
 #include "qm.h"
+
+/* The small chunks' size classes (primary.h owns them): here because the
+ * block holds a bin for each, and one for the zero-size region. */
+#define QM_NCLASS 52
 
 typedef struct qm_bin {
   uint32_t count, max;

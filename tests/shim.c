@@ -16,15 +16,16 @@
 #include "cache.h"
 #include "guarded.h"
 #include "large_record.h"
+#include "life.h"
 #include "meta.h"
-#include "options.h"
+#include "optparse.h"
 #include "os.h"
 #include "out.h"
 #include "primary.h"
 #include "qmalloc.h"
 #include "quarantine.h"
 #include "report.h"
-#include "ro.h"
+#include "seal.h"
 #include "secondary.h"
 #include "smallstate.h"
 #include "zero.h"
@@ -471,7 +472,7 @@ size_t qmt_small_carved(void) {
   qm__primary_stats(&s);
   return s.carved;
 }
-void qmt_flush_thread_cache(void) { qm__cache_flush_self(); }
+void qmt_flush_thread_cache(void) { qm__life_flush_self(); }
 
 void qmt_central_give(void *p) {
   uintptr_t ch = (uintptr_t)p;

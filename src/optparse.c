@@ -1,4 +1,4 @@
-/* options.c: the option table built from options.def, and the parser of
+/* optparse.c: the option table built from options.def, and the parser of
  * QMALLOC_OPTIONS ("name=value:name=value"). Reads environ itself (getenv is
  * not safe during preload) and falls back to /proc/self/environ when libc has
  * not set environ yet. Never allocates; a bad entry warns and changes nothing.
@@ -6,7 +6,7 @@
  * capabilities) the environment is not read: its user is not the program's.
  * Text from outside is printed escaped (qm_buf_escaped), never raw.
  */
-#include "options.h"
+#include "optparse.h"
 
 #include <stddef.h>
 #include <string.h>

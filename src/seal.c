@@ -1,27 +1,19 @@
-/* ro.c: the definitions of every global that is fixed after init, in the
- * section qm_ro, on pages of their own: the section starts on a page (one
- * member is page-aligned) and ro_end.c, linked after this file, ends it with
- * a page of padding so that nothing the linker puts next is on their pages.
- * The order within this file does not matter (clang, which has no
- * -fno-toplevel-reorder, emits the static bounds this file once held before
- * the variables), only the link order of the two files. The owners declare
- * them in their headers as before.
+/* seal.c: the sealing of section qm_ro (seal.h) and the pages fixed once
+ * a lazily started part is set up (qm__lfix, qm__gfix). Linked first in the
+ * section's own library, before sealed.c's definitions and sealed_end.c's
+ * padding, so that the three files' parts of the section are contiguous.
+ * Calls nothing of qmalloc's: the page size may not be known yet.
  */
-#include "ro.h"
+#include "seal.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
 
-#include "boot.h"
-#include "cache.h"
-#include "init.h"
-#include "options.h"
-#include "primary.h"
 #include "qm.h"
 
-#define RO __attribute__((section("qm_ro")))
+#define RO QM_SEALED
 
 /* the section's start, from the linker; this member aligns it to
  * QM_RO_ALIGN, a page boundary on every page size.
@@ -29,29 +21,6 @@
  * sealed keys */
 extern char __start_qm_ro[] __attribute__((visibility("hidden")));
 RO __attribute__((aligned(QM_RO_ALIGN), used)) static char ro_align[8];
-RO qm_options_t qm__opt;
-RO qm_option_strings_t qm__opt_str;
-RO qm_class_info_t qm__class[QM_NCLASS + 1];
-RO uint8_t qm__class_tab[QM_CLASS_TAB_MAX / 8 + 1];
-RO uintptr_t qm__pbase;
-RO size_t qm__pspan;
-RO unsigned qm__rshift;
-RO uintptr_t qm__rmask;
-RO uintptr_t qm__gmask;
-RO size_t qm__small_limit;
-RO uint64_t qm__secret;
-RO uintptr_t qm__boot_base;
-RO size_t qm__page;
-RO unsigned qm__page_shift;
-RO bool qm__cache_checked;
-RO uint8_t qm__vec;
-RO struct qm_state_meta *qm__smeta;
-/* The primary's steering state (committed bytes and central lists, see
- * primary.c): until init maps it, a zeroed array that nothing writes (no
- * small chunk exists, every small pointer is outside what is committed). */
-static _Atomic size_t committed_none[QM_NCLASS + 1];
-RO _Atomic size_t *qm__committed = committed_none;
-RO struct central *qm__central;
 
 /* zeroed read-only copies until init maps the real pages; writable
  * fallbacks, never sealed, where it cannot */

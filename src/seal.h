@@ -1,10 +1,13 @@
-/* ro.h: the allocator's global state that is fixed once init is done
- * (options, class table and keys, region bases, the secret, the page size):
- * defined together in ro.c on pages of their own, made read-only when init
- * ends, so a write primitive in the program cannot redirect the allocator.
+/* seal.h: the sealing of the allocator's global state that is fixed once
+ * init is done (options, class table and keys, region bases, the secret, the
+ * page size): defined together in the section qm_ro (sealed.c, the front's,
+ * which knows every owner's types; the pages fixed later here), made
+ * read-only when init ends, so a write primitive in the program cannot
+ * redirect the allocator. Each owner declares its sealed globals in its own
+ * header.
  */
-#ifndef QM_RO_H
-#define QM_RO_H
+#ifndef QM_SEAL_H
+#define QM_SEAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -60,9 +63,6 @@ typedef struct qm_guarded_fixed {
   unsigned ncls, reg_shift; /* slot classes, and log2 of each one's region */
   qm_gclass_fixed_t cls[QM_GUARDED_CLASSES];
 } qm_guarded_fixed_t;
-/* the small chunks' steering state, in guarded metadata (smallstate.c) */
-struct qm_state_meta;
-extern __attribute__((visibility("hidden"))) struct qm_state_meta *qm__smeta;
 extern __attribute__((visibility("hidden"))) qm_large_fixed_t *qm__lfix;
 extern __attribute__((visibility("hidden"))) qm_guarded_fixed_t *qm__gfix;
 /* Maps the two pages (in init, before qm__ro_seal). */
@@ -80,7 +80,10 @@ void qm__ro_range(void **lo, void **hi);
  * 4 KiB, 16 KiB on some), so that sealing covers whole pages of the
  * section's own whatever the page size the process finds at run time. */
 #define QM_RO_ALIGN 65536
-/* The padding that ends the section (ro_end.c). */
+/* What puts a definition in the section (sealed.c and seal.c only: the
+ * link keeps their order, with sealed_end.c's padding last). */
+#define QM_SEALED __attribute__((section("qm_ro")))
+/* The padding that ends the section (sealed_end.c). */
 extern __attribute__((visibility("hidden"))) char qm__ro_end[QM_RO_ALIGN];
 
 #endif

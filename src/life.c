@@ -1,0 +1,193 @@
+/* life.c: the thread life cycle of the small side: a thread's cache made on
+ * its first need (slot arrays and delay rings from meta memory, an owner id,
+ * a group of the central lists), its registration (stats, fork), its death
+ * at thread exit (its chunks back to the central lists, its id retired, its
+ * registration kept for the next thread), and what fork leaves of them.
+ * Above both the cache (cache.c) and the chunks' state (smallstate.c).
+ */
+#include "life.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "cache.h"
+#include "lock.h"
+#include "meta.h"
+#include "options.h"
+#include "smallstate.h"
+
+/* A thread's registration: where its bins are, and its slot storage. */
+typedef struct qm_tcache {
+  qm_bin_t *bin; /* the owning thread's qm__bin */
+  uintptr_t *slots;
+  qm_aged_t *rings; /* 2 * free_delay entries per class, when free_delay > 0 */
+  unsigned id;      /* owner id of the chunks it hands out; kept across reuse */
+  struct qm_tcache *next, *prev;
+} qm_tcache_t;
+
+static __thread qm_tcache_t *self __attribute__((tls_model("initial-exec")));
+static size_t group_live[QM_GROUPS]; /* live caches per group, under registry_lock */
+static unsigned group_next;          /* where the search for the fewest starts */
+
+static qm_lock_t registry_lock = QM_LOCK_INIT;
+static qm_tcache_t *registry; /* live caches */
+static qm_tcache_t *spares;   /* registrations of exited threads, for reuse */
+static size_t nthreads;
+static unsigned next_id = 1; /* owner ids given out so far, under registry_lock */
+static pthread_key_t exit_key;
+static bool key_ok;
+
+/* How far down the spare registrations cache_create looks for the id it
+ * would rather have. */
+#define ADOPT_SCAN 64
+
+/* Gives this thread's bins their slots, with owner id `want` if an exited
+ * thread left it (0: any); false if there is no memory for them, in which
+ * case the thread allocates from the central lists. */
+bool qm__life_cache_create(unsigned want) {
+  qm_lock(&registry_lock);
+  qm_tcache_t **link = &spares;
+  for (unsigned k = 0; want && *link && k < ADOPT_SCAN; k++, link = &(*link)->next)
+    if ((*link)->id == want)
+      break;
+  if (!*link || (*link)->id != want)
+    link = &spares;
+  qm_tcache_t *tc = *link;
+  if (tc)
+    *link = tc->next;
+  qm_unlock(&registry_lock);
+  if (!tc) {
+    qm_lock(&registry_lock);
+    unsigned id = next_id < QM_MAX_OWNERS ? next_id++ : 0;
+    qm_unlock(&registry_lock);
+    if (!id)
+      return false; /* every owner id is some live thread's: run on the central lists */
+    size_t slots = 0;
+    for (unsigned c = 0; c < QM_NCLASS; c++)
+      slots += qm__class[c].cache_max;
+    /* the rings' pages are touched only as they fill */
+    size_t ring_bytes = (size_t)QM_NCLASS * 2 * qm__opt.free_delay * sizeof(qm_aged_t);
+    tc = qm__meta_alloc(sizeof *tc + ring_bytes + slots * sizeof(uintptr_t));
+    if (!tc)
+      return false;
+    tc->id = id;
+    tc->rings = (qm_aged_t *)(tc + 1);
+    tc->slots = (uintptr_t *)((char *)tc->rings + ring_bytes);
+  }
+  qm__cache_attach(tc->slots, tc->rings);
+  tc->bin = qm__bin;
+  self = tc;
+  qm__state_adopt(tc->id);
+  qm_rand_thread_seed();
+  qm__cache_go_live(); /* before setspecific, which may itself call malloc */
+  /* the fewest live caches; among equals, the one holding the most free
+   * bytes (a thread that takes over from one that exited takes over its
+   * memory: in the hand-off bench, successors going round the groups left
+   * each predecessor's chunks idle, up to QM_STEAL_MIN per class, and the
+   * peak RSS 30% above jemalloc's), then the next one round. The bytes are
+   * read before registry_lock: fork takes the central locks before it. */
+  size_t bytes[QM_GROUPS];
+  qm__central_group_bytes(bytes);
+  qm_lock(&registry_lock);
+  unsigned best = group_next % QM_GROUPS;
+  for (unsigned k = 1; k < QM_GROUPS; k++) {
+    unsigned g = (group_next + k) % QM_GROUPS;
+    if (group_live[g] < group_live[best] ||
+        (group_live[g] == group_live[best] && bytes[g] > bytes[best]))
+      best = g;
+  }
+  qm__cache_set_group(best);
+  group_live[best]++;
+  group_next = best + 1;
+  tc->prev = NULL;
+  tc->next = registry;
+  if (registry)
+    registry->prev = tc;
+  registry = tc;
+  nthreads++;
+  qm_unlock(&registry_lock);
+  /* pthread_setspecific allocates only for keys past the first 32 */
+  if (key_ok)
+    pthread_setspecific(exit_key, tc);
+  return true;
+}
+
+void qm__life_flush_self(void) {
+  uintptr_t was = qm_busy_enter();
+  qm__small_pend_flush();
+  qm__state_flush_outbox();
+  qm__cache_flush_bins();
+  qm_busy_leave(was);
+}
+
+static void on_thread_exit(void *arg) {
+  qm_tcache_t *tc = arg;
+  if (!qm__cache_live() || tc != self)
+    return;
+  uintptr_t was = qm_busy_enter();
+  qm__state_drain();
+  qm__life_flush_self();
+  if (qm__opt.free_delay)
+    qm__cache_ring_flush();
+  qm__state_retire(tc->id);
+  qm__cache_detach();
+  unsigned group = qm__cache_group();
+  qm_lock(&registry_lock);
+  if (tc->prev)
+    tc->prev->next = tc->next;
+  else
+    registry = tc->next;
+  if (tc->next)
+    tc->next->prev = tc->prev;
+  nthreads--;
+  group_live[group]--;
+  tc->next = spares;
+  spares = tc;
+  qm_unlock(&registry_lock);
+  qm_busy_leave(was);
+}
+
+size_t qm__life_held_bytes(void) {
+  size_t bytes = 0;
+  qm_lock(&registry_lock);
+  for (qm_tcache_t *tc = registry; tc; tc = tc->next)
+    for (unsigned c = 0; c < QM_NCLASS; c++)
+      bytes += (size_t)__atomic_load_n(&tc->bin[c].count, __ATOMIC_RELAXED) * qm__class[c].size;
+  /* checked mode's counts are in each thread's TLS: not counted here */
+  qm_unlock(&registry_lock);
+  return bytes;
+}
+
+size_t qm__life_threads(void) { return nthreads; }
+
+void qm__life_init(void) { key_ok = pthread_key_create(&exit_key, on_thread_exit) == 0; }
+
+void qm__life_fork_prepare(void) { qm_fork_lock(&registry_lock); }
+void qm__life_fork_parent(void) { qm_unlock(&registry_lock); }
+unsigned qm__life_ids(void) { return next_id; }
+
+/* Only the forking thread lives on in the child. The other threads' caches
+ * may have been in mid-update when fork() copied them: their chunks are
+ * abandoned rather than trusted, and their ids closed (the frees of the
+ * chunks they owned take the closed path). The caller's own cache stays
+ * registered. Then every free chunk it holds (bins, parked frees,
+ * delayed-free rings) takes a fresh generation, hence a fresh canary, and
+ * its bins a fresh order: what the parent's first mallocs would hand out,
+ * and with which canary, tells nothing of a child's, nor one child's of
+ * another's (the central lists are redrawn by the primary). */
+void qm__life_fork_child(void) {
+  bool live = qm__cache_live();
+  qm_lock_reinit(&registry_lock);
+  for (qm_tcache_t *tc = registry; tc; tc = tc->next)
+    if (tc != self || !live)
+      qm__state_orphan(tc->id);
+  registry = live ? self : NULL;
+  nthreads = registry ? 1 : 0;
+  memset(group_live, 0, sizeof group_live);
+  group_live[qm__cache_group()] = nthreads;
+  if (registry)
+    registry->next = registry->prev = NULL;
+  qm__state_fork_settle();
+  qm__small_pend_regen();
+  qm__cache_reshuffle(qm__small_regen);
+}
