@@ -3,8 +3,9 @@
  * page classes. Each file keeps its own state private; its interface is
  * its header (large_record.h, quarantine.h, belt.h). Only the files of the
  * secondary include it; the rest of qmalloc sees secondary.h. The record
- * is in parts, each written by one file: map and chunk by secondary.c, q
- * by quarantine.c, rec by large_record.c (the few exceptions are stated
+ * is in parts, each written by one owner: map and chunk by the secondary
+ * (secondary.c, large_alloc.c, large_free.c, large_realloc.c), q by the
+ * quarantine, rec by large_record.c (the few exceptions are stated
  * at block_t); any of them reads all. Invariants are stated where each
  * part is owned.
  */
@@ -35,7 +36,7 @@
  * (qm__dead_push). */
 enum { B_UNUSED, B_LIVE, B_QUAR, B_BUSY, B_DEAD };
 _Static_assert(B_UNUSED == 0, "a zeroed record is unused");
-/* The chunk's flags (chunk.flags, secondary.c's).
+/* The chunk's flags (chunk.flags, the secondary's).
  * F_FREED: the chunk left the user (freed, or the old range of a realloc
  * move) and has not been handed out since; a BUSY chunk with it is being
  * retired or dropped, one without it is being resized or revived. */
@@ -45,20 +46,20 @@ _Static_assert(B_UNUSED == 0, "a zeroed record is unused");
  * the old chunk's range, the moved pages' place a VMA apart from the rest. */
 /* F_HUGE: a fresh THP mapping, its capacity whole huge pages from a
  * huge-page boundary; any request it serves is opened in whole huge pages
- * (see extent() in secondary.c). Not set on a realloc move's chunk. */
+ * (see extent() in large_alloc.c). Not set on a realloc move's chunk. */
 /* F_BELT: its range was carved from the belt (belt.c): never unmapped,
  * given back to the belt once dead; its pages are reused by moving them to
  * a range carved afresh, never at this address. */
 enum { F_NOREUSE = 1, F_FREED = 2, F_SPLIT = 4, F_HUGE = 8, F_BELT = 16 };
 
 /* The record of a large chunk, in four parts, each written by one file:
- *  map    secondary.c: the mapping and its page counts. But dirty: the
+ *  map    the secondary: the mapping and its page counts. But dirty: the
  *         quarantine lowers it by the pages it takes out of a pooled chunk
  *         for a gathering, and raises it again if they go back
  *         (qm__q_gather, qm__q_ungather): the pages leave its count and
  *         the chunk's in one step, while the chunk is QUAR, in its care.
- *  chunk  secondary.c: what the chunk is and where it stands: its state
- *         (only secondary.c changes it), its kind, the request it serves,
+ *  chunk  the secondary: what the chunk is and where it stands: its state
+ *         (only the secondary changes it), its kind, the request it serves,
  *         and when it was freed.
  *  q      quarantine.c: its place in the FIFO and in a bin, and the bytes
  *         freed when it entered. large_record.c links free records through
@@ -80,7 +81,7 @@ typedef struct blk_map {
   size_t span;            /* mapping bytes (guards included) */
   size_t cap, rw, dirty;  /* pages from usable: capacity, RW now, possibly non-zero */
   /* pages from usable to the user pointer: 0, but for a THP chunk that
-   * ends flush against its whole-huge-page RW part (see secondary.c) */
+   * ends flush against its whole-huge-page RW part (see large_alloc.c) */
   size_t lead;
 } blk_map_t;
 
@@ -190,7 +191,7 @@ static inline size_t pclass_pages(unsigned c) {
 /* The RW pages that a request of `need` pages aligned to `align` takes in
  * chunk b: whole huge pages in a THP chunk (opening part of one would split
  * its PMD for good), but exact ones for over-aligned requests, as extent()
- * in secondary.c gives them (a lead would break their alignment). */
+ * in large_alloc.c gives them (a lead would break their alignment). */
 static inline size_t qm_need_in(const block_t *b, size_t need, size_t align) {
   size_t hp = LF.thp_size >> qm__page_shift;
   if (!(b->chunk.flags & F_HUGE) || !hp || align > qm__page)

@@ -341,7 +341,7 @@ static void choose(qm_probe_result_t *r) {
   }
   /* no fast path, but the belt on and moving pages fault-free: chunks
    * keep their pages all the same, in the belt's pool (only the belt's
-   * chunks are reused, by moving: secondary.c) */
+   * chunks are reused, by moving: large_alloc.c) */
   if (qm__opt.window_gb && r->belt_way == QM_BELT_MOVE) {
     r->strategy = QM_STRATEGY_PROTECT;
     if (r->measured)
