@@ -7,7 +7,7 @@
  * allocator state, so nothing a program writes into its heap is trusted.
  * Invariants: only the owning thread writes an entry of a chunk it owns,
  * with plain stores, but for one compare-and-swap ALLOC -> SENT by a thread
- * that frees it and sends it to the owner (see smallstate.c);
+ * that frees it and sends it to the owner (see inbox.c);
  * owner 0 (a thread with no cache) means any thread may change the entry,
  * by compare-and-swap; an ALLOC entry's size + offset + 8 <= class size.
  */
@@ -229,7 +229,7 @@ qm_lock_t *qm__state_owner_lock(unsigned id);
 void qm__state_fork_parent(void);
 void qm__state_fork_child(void);
 
-/* The small chunks' steering state, in guarded metadata (smallstate.c);
+/* The small chunks' steering state, in guarded metadata (inbox.c);
  * the pointer sealed (sealed.c). */
 struct qm_state_meta;
 extern QM_HIDDEN struct qm_state_meta *qm__smeta;
