@@ -1,7 +1,8 @@
 /* entry.h: the format of a small chunk's table entry and of the slots the
  * bins and central lists carry: bit fields and pure functions of them, with
- * no state. smallstate.c owns the tables and alone changes their entries;
- * the primary reads an entry when it hands a chunk out of a central list.
+ * no state. The chunks' state machine (smallstate.c, and inbox.c for frees
+ * that cross threads) owns the tables and alone changes their entries; the
+ * primary reads an entry when it hands a chunk out of a central list.
  */
 #ifndef QM_ENTRY_H
 #define QM_ENTRY_H
