@@ -38,7 +38,7 @@ int qm_os_unmap(void *p, size_t len);
 int qm_os_reserve(size_t len, void **out);
 int qm_os_reserve_fixed(void *p, size_t len);
 /* The layout: one stretch of address space at a random base well below
- * where the kernel puts mappings of its own choosing (os.c), out of which
+ * where the kernel puts mappings of its own choosing (os_layout.c), out of which
  * every reservation that may grow large (class regions and their tables,
  * the belt, large records, guarded slots, the zero-size region) takes a
  * span at set-up, an address range only: nothing is mapped until it is

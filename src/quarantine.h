@@ -1,4 +1,4 @@
-/* quarantine.h: the large chunks' quarantine (quarantine.c), asked by the
+/* quarantine.h: the large chunks' quarantine (quarantine*.c), asked by the
  * secondary alone, under S.lock unless said: the FIFO of freed chunks, the
  * bins of aged ones, the reuse choice and the gathering of pooled pages,
  * the limits and the chunks chosen to go when one is passed.
