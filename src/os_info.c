@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "qm.h"
-#include "ro.h"
+#include "seal.h"
 
 bool qm_os_could_map(size_t span, size_t rw, size_t held) {
   if (span > (size_t)1 << 47)
