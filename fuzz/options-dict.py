@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # options-dict.py: writes the libFuzzer dictionary of the options harness from
-# src/options.def (every name, choice, and each range's edges), so that the
+# src/platform/options.def (every name, choice, and each range's edges), so that the
 # dictionary follows the table without being kept by hand.
 # usage: options-dict.py OPTIONS_DEF OUT
 import re

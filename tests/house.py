@@ -3,8 +3,9 @@
 states them: every file in a layer folder of the order src/README.md gives
 (lowest first), each folder with its README; an #include never reaches a
 higher layer; no circle among the files (a file and its header are one
-node); no file over 700 lines; the architecture page names every file of
-src/ and names none that does not exist. Prints each breach, exits 1."""
+node, and an internal header x_int.h or x_state.h is one with x); no file
+over 700 lines; the architecture page names every file of src/ and none
+that does not exist. Prints each breach, exits 1."""
 import os
 import re
 import sys
@@ -36,7 +37,15 @@ def main():
     for layer in order:
         if not os.path.isfile(os.path.join(src, layer, 'README.md')):
             bad.append(f'{layer}/: no README.md')
-    node = lambda n: re.sub(r'\.(c|h|def)$', '', n)
+    stems = {re.sub(r'\.(c|h|def)$', '', n) for n in files}
+
+    def node(n):
+        # a file and its header are one node, and so is an internal header
+        # (x_int.h, x_state.h) with the x it serves
+        stem = re.sub(r'\.(c|h|def)$', '', n)
+        base = re.sub(r'_(int|state)$', '', stem)
+        return base if base in stems else stem
+
     edges = {}
     for n, (layer, path) in sorted(files.items()):
         text = open(path).read()

@@ -1,6 +1,6 @@
 #!/bin/sh
 # options-doc-current.sh GEN OPTIONS_DEF DOC: docs/options.md is what
-# tools/gen-options-doc.py writes from src/options.def today, so the options
+# tools/gen-options-doc.py writes from src/platform/options.def today, so the options
 # reference cannot drift from the parser. Regenerates to a temp file, diffs.
 set -eu
 gen=$1 def=$2 doc=$3

@@ -1,5 +1,5 @@
 /* gen-man.c: writes the manual page qmalloc(3) to stdout, its OPTIONS
- * section built from src/options.def through the same X-macro the library
+ * section built from src/platform/options.def through the same X-macro the library
  * uses, so the page lists exactly the options the parser knows, with their
  * ranges and defaults. Run by meson at build time (tools/meson.build); the
  * version comes in as QM_VERSION.
@@ -52,7 +52,7 @@ static void choice(const char *choices, unsigned long long idx) {
 }
 
 int main(void) {
-  printf(".\\\" Generated from src/options.def by tools/gen-man.c: edit those, not this.\n");
+  printf(".\\\" Generated from src/platform/options.def by tools/gen-man.c: edit those, not this.\n");
   printf(".TH QMALLOC 3 \"\" \"qmalloc %s\" \"Library Functions Manual\"\n", QM_VERSION);
   puts(".SH NAME\nqmalloc \\- hardened malloc for Linux with a PROT_NONE quarantine for large "
        "chunks");

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # gen-options-doc.py: writes docs/options.md, the options reference, from
-# src/options.def (the table the option parser is built from), so the page
+# src/platform/options.def (the table the option parser is built from), so the page
 # lists exactly the options there are. Test options-doc-current checks it.
 # usage: gen-options-doc.py [OPTIONS_DEF [OUT]]   (OUT '-' is stdout)
 import os
@@ -10,7 +10,7 @@ import sys
 HEAD = """\
 # Options
 
-<!-- Generated from src/options.def by tools/gen-options-doc.py: edit those, not this. -->
+<!-- Generated from src/platform/options.def by tools/gen-options-doc.py: edit those, not this. -->
 
 Options are set in one environment variable, `name=value` pairs separated by
 `:`:
@@ -92,7 +92,7 @@ def row(m):
 
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, 'src', 'options.def')
+    src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, 'src', 'platform', 'options.def')
     out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(root, 'docs', 'options.md')
     with open(src) as f:
         text = re.sub(r'/\*.*?\*/', '', f.read(), flags=re.S)  # the comments
