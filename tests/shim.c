@@ -28,6 +28,7 @@
 #include "seal.h"
 #include "secondary.h"
 #include "smallstate.h"
+#include "smallstate_int.h"
 #include "zero.h"
 
 /* the options are sealed read-only after init: open them around a change */

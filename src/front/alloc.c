@@ -23,10 +23,6 @@
 
 /* ---- small chunks ---- */
 
-QM_INLINE size_t committed(unsigned c) {
-  return atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
-}
-
 /* What a small chunk for n bytes aligned to align (> 16) must hold: room
  * for the offset (a chunk is only 16-aligned); the class adds the canary's
  * 8. Its class is the one such a chunk is in (see small_alloc_plain):
@@ -178,7 +174,7 @@ QM_EXPORT void qm_free(void *p) {
      * even for a bad pointer (the zero-size region has nothing committed);
      * a pointer off a chunk boundary, misaligned ones included, fails the
      * boundary test below */
-    if (QM_LIKELY(roff < committed(c))) {
+    if (QM_LIKELY(roff < qm_committed(c))) {
       const qm_class_info_t *ci = &qm__class[c];
       uintptr_t i = qm_chunk_index(roff, c);
       uint64_t *e = qm_entry_at(c, i), w = qm_entry_load(e);
@@ -449,7 +445,7 @@ QM_EXPORT size_t qm_malloc_object_size(const void *ptr) {
   if (off < qm__pspan) {
     unsigned c = (unsigned)(off >> qm__rshift);
     uintptr_t roff = off & qm__rmask;
-    if (c == QM_ZCLASS || roff >= committed(c))
+    if (c == QM_ZCLASS || roff >= qm_committed(c))
       return 0;
     uintptr_t i = qm_chunk_index(roff, c), ch = a - roff + i * qm__class[c].size;
     uint64_t w = qm_entry_load(qm_entry_at(c, i));

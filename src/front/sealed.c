@@ -60,7 +60,7 @@ QM_SEALED qm_describers_t qm__describers = {
 };
 QM_SEALED qm_small_up_t qm__small_up = {
     .malloc_slow = qm__malloc_slow,
-    .free = qm_free,
+    .free_other = qm_free,
     .cache_create = qm__life_cache_create,
 };
 /* The primary's steering state (committed bytes and central lists, see

@@ -59,8 +59,8 @@ static bool may_gather(size_t need, size_t align) {
 
 /* Records a BUSY chunk as handed to the caller (under S.lock). Returns how
  * many of its first bytes may be non-zero: calloc must clear those. */
-static size_t hand_out_locked(uint32_t i, size_t size, unsigned ashift, size_t need, size_t lead,
-                              bool reused, const trace_t *t) {
+static size_t serve_locked(uint32_t i, size_t size, unsigned ashift, size_t need, size_t lead,
+                           bool reused, const trace_t *t) {
   block_t *b = B(i);
   qm__note_alloc(i, t);
   uintptr_t was = user_of(b);
@@ -94,9 +94,9 @@ static size_t hand_out_locked(uint32_t i, size_t size, unsigned ashift, size_t n
  * asked for it), enforces the limits, and zeroes what may be non-zero if
  * asked; a reused chunk may bring resident pages past the request, which
  * count against the budget. */
-static void *hand_out_unlock(uint32_t i, size_t size, unsigned ashift, size_t need, size_t lead,
-                             bool zero, bool reused, const trace_t *t, bool tidy) {
-  size_t nonzero = hand_out_locked(i, size, ashift, need, lead, reused, t);
+static void *serve_unlock(uint32_t i, size_t size, unsigned ashift, size_t need, size_t lead,
+                          bool zero, bool reused, const trace_t *t, bool tidy) {
+  size_t nonzero = serve_locked(i, size, ashift, need, lead, reused, t);
   bool over = qm__q_over();
   uintptr_t u = user_of(B(i));
   qm_unlock(&S.lock);
@@ -110,10 +110,10 @@ static void *hand_out_unlock(uint32_t i, size_t size, unsigned ashift, size_t ne
 }
 
 /* The same, taking the lock. */
-static void *hand_out(uint32_t i, size_t size, unsigned ashift, size_t need, size_t lead, bool zero,
-                      bool reused, const trace_t *t) {
+static void *serve(uint32_t i, size_t size, unsigned ashift, size_t need, size_t lead, bool zero,
+                   bool reused, const trace_t *t) {
   qm_lock(&S.lock);
-  return hand_out_unlock(i, size, ashift, need, lead, zero, reused, t, false);
+  return serve_unlock(i, size, ashift, need, lead, zero, reused, t, false);
 }
 
 /* Under S.lock: record i becomes the BUSY chunk of fresh range r (carved
@@ -170,7 +170,7 @@ static void *fresh_belt(size_t size, unsigned ashift, size_t need, size_t lead, 
   publish_fresh(i, &r, cap, need, lead, (uint8_t)(F_BELT | (huge ? F_HUGE : 0)));
   L.belt_fresh++;
   qm_unlock(&S.lock);
-  return hand_out(i, size, ashift, need, lead, zero, false, t);
+  return serve(i, size, ashift, need, lead, zero, false, t);
 }
 
 /* Serves a request with the pages of the pooled belt chunk i (BUSY, out of
@@ -259,7 +259,7 @@ static void *move_reuse(uint32_t i, size_t size, unsigned ashift, size_t pages, 
   /* its range and, pooled, its place in the mirror (emptied) are mapped
    * afresh with the other dead ranges, in a batch */
   bool work = qm__sec_bury_locked(i, false);
-  return hand_out_unlock(j, size, ashift, open, open - pages, zero, true, t, work);
+  return serve_unlock(j, size, ashift, open, open - pages, zero, true, t, work);
 }
 
 /* Settles the pieces' chunks once their pages moved (under S.lock): one
@@ -441,7 +441,7 @@ static void *gather_reuse(gather_t *g, size_t size, unsigned ashift, size_t page
   L.belt_gathers++;
   L.belt_pieces += n;
   bool work = settle_pieces(pc, n);
-  return hand_out_unlock(j, size, ashift, need, lead, zero, true, t, work);
+  return serve_unlock(j, size, ashift, need, lead, zero, true, t, work);
 }
 
 static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_t align, bool zero,
@@ -490,7 +490,7 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
   qm_unlock(&S.lock);
   if (off_belt)
     qm__sec_left_window();
-  return hand_out(i, size, ashift, need, lead, zero, false, t);
+  return serve(i, size, ashift, need, lead, zero, false, t);
 }
 
 void *qm__large_alloc(size_t size, size_t align, bool zero) {
@@ -526,7 +526,7 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       qm__q_unlink(i);
       B(i)->chunk.state = B_BUSY;
       if (open <= B(i)->map.rw) { /* open already (strategy none): no syscall */
-        size_t nonzero = hand_out_locked(i, size, ashift, open, open - pages, true, &t);
+        size_t nonzero = serve_locked(i, size, ashift, open, open - pages, true, &t);
         bool over = qm__q_over();
         uintptr_t u = user_of(B(i));
         qm_unlock(&S.lock);
@@ -558,7 +558,7 @@ void *qm__large_alloc(size_t size, size_t align, bool zero) {
       if (!err) {
         if (b->map.rw < open)
           b->map.rw = open;
-        return hand_out(i, size, ashift, open, open - pages, zero, true, &t);
+        return serve(i, size, ashift, open, open - pages, zero, true, &t);
       }
       qm__sec_discard_block(i);
     }

@@ -72,7 +72,7 @@ static bool enter_locked(uint32_t i, bool dropped) {
     b->map.rw = 0;
   b->chunk.seq = qm__rec_frees();
   b->chunk.state = B_QUAR;
-  return qm__q_enter(i);
+  return qm__q_over_maps(qm__q_enter(i));
 }
 
 /* belt_way=move: the pages of a BUSY belt chunk that left the user move to

@@ -194,15 +194,15 @@ void qm__q_dropped(uint32_t i) {
 }
 
 /* Puts a chunk, its range retired and now QUAR, into the quarantine
- * (under S.lock); returns whether the quarantine is past a limit. Its
- * window counts from now: the frees counted (chunk.seq, stamped by the
- * secondary under the same hold) and their bytes. */
-bool qm__q_enter(uint32_t i) {
+ * (under S.lock); returns the mappings the records hold now. Its window
+ * counts from now: the frees counted (chunk.seq, stamped by the secondary
+ * under the same hold) and their bytes. */
+size_t qm__q_enter(uint32_t i) {
   block_t *b = B(i);
   qm__rec_clock(&b->q.mark);
   size_t maps = qm__set_vmas(b, LF.strategy == QM_STRATEGY_NONE);
   q_append(i);
-  return qm__q_over_maps(maps);
+  return maps;
 }
 
 #ifdef QM_TEST_HOOKS

@@ -65,9 +65,12 @@ bool qm__q_settle(uint32_t i);
 void qm__q_ungather(const piece_t *p, unsigned n);
 /* Puts a chunk that left the user, its range retired, marked QUAR and
  * stamped (its rw and dirty pages as they are now, chunk.seq the frees
- * counted now), at the FIFO's tail; returns whether the quarantine is past
- * a limit now (the caller enforces them). */
-bool qm__q_enter(uint32_t i);
+ * counted now), at the FIFO's tail; returns the mappings the records hold
+ * now, for qm__q_over_maps. */
+size_t qm__q_enter(uint32_t i);
+/* Whether the quarantine is past one of its limits with the records
+ * holding `maps` mappings (the caller enforces them). */
+bool qm__q_over_maps(size_t maps);
 /* Whether the quarantine is past one of its limits: chunk cap, mapping
  * budget, resident budget (its chunks' pages and live chunks' tails). */
 bool qm__q_over(void);

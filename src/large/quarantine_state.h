@@ -47,8 +47,5 @@ static inline uint32_t qm_q_fifo_at(uint32_t k) { return LF.qring[qm_age_at(&Q.f
  * and out of it; either does nothing where it is already so. */
 void qm__q_bin_insert(uint32_t i);
 void qm__q_bin_remove(uint32_t i);
-/* Whether the quarantine is past one of its limits, its chunks taking
- * `maps` mappings (quarantine_limits.c). */
-bool qm__q_over_maps(size_t maps);
 
 #endif

@@ -194,13 +194,13 @@ static bool ready_locked(void) {
  * fills: each slot is in it at most once. The ring and its counts are
  * writable: an entry or a position past the class's slots is corruption,
  * caught before it indexes anything. */
-static void ring_push(gclass_t *c, uint32_t i) {
+static void quar_push(gclass_t *c, uint32_t i) {
   QM_CHECK_OP(c->q.n, <, FX(c).nslots);
   FX(c).ring[qm_age_push(&c->q, FX(c).nslots)] = i;
   G.qcount++;
 }
 
-static uint32_t ring_pop(gclass_t *c) {
+static uint32_t quar_pop(gclass_t *c) {
   QM_CHECK_OP(c->q.head, <, FX(c).nslots);
   uint32_t i = FX(c).ring[qm_age_pop(&c->q, FX(c).nslots)];
   QM_CHECK_OP(i, <, FX(c).nslots);
@@ -281,7 +281,7 @@ void *qm__guarded_alloc(size_t n, size_t align) {
   uint32_t i;
   bool reused = c->q.n && (!can_fresh || tight || G.qres > G.qbudget);
   if (reused) {
-    i = ring_pop(c);
+    i = quar_pop(c);
   } else if (can_fresh) {
     i = c->fresh++;
   } else {
@@ -373,7 +373,7 @@ static void describe_chunk(qm_buf_t *d, const gslot_t *s, uintptr_t user) {
 
 /* Checks that p is a live chunk's pointer and its slack intact (under
  * G.lock); unlocks and reports otherwise. */
-static gslot_t *live_locked(uintptr_t a, qm_op_t op, gclass_t **cp, uint32_t *ip) {
+static gslot_t *slot_live_locked(uintptr_t a, qm_op_t op, gclass_t **cp, uint32_t *ip) {
   bool in_data = locate(a, cp, ip);
   gclass_t *c = *cp;
   uint32_t i = *ip;
@@ -400,7 +400,7 @@ void qm__guarded_free(void *p, qm_op_t op) {
   gclass_t *c;
   uint32_t i;
   qm_lock(&G.lock);
-  gslot_t *s = live_locked(a, op, &c, &i);
+  gslot_t *s = slot_live_locked(a, op, &c, &i);
   uintptr_t data = slot_data(c, i);
   size_t len = FX(c).pages << qm__page_shift;
   uint8_t flags = 0;
@@ -432,7 +432,7 @@ void qm__guarded_free(void *p, qm_op_t op) {
   G.live--;
   G.live_bytes -= s->size;
   G.frees++;
-  ring_push(c, i);
+  quar_push(c, i);
   enforce((unsigned)(c - G.cls));
   qm_unlock(&G.lock);
 }
@@ -441,7 +441,7 @@ size_t qm__guarded_size(void *p, qm_op_t op, size_t *align) {
   gclass_t *c;
   uint32_t i;
   qm_lock(&G.lock);
-  const gslot_t *s = live_locked((uintptr_t)p, op, &c, &i);
+  const gslot_t *s = slot_live_locked((uintptr_t)p, op, &c, &i);
   size_t n = s->size;
   *align = s->ashift ? (size_t)1 << s->ashift : QM_MIN_ALIGN;
   qm_unlock(&G.lock);

@@ -11,6 +11,7 @@
  */
 #include "smallstate.h"
 
+#include <errno.h>
 #include <string.h>
 
 #include "cache.h"
@@ -346,7 +347,7 @@ void qm__state_drain(void) {
       /* not a small chunk: applied as the free it is, with its own mark */
       uintptr_t was = qm__freeing;
       qm__freeing = 0;
-      qm__small_up.free((void *)p);
+      qm__small_up.free_other((void *)p);
       qm__freeing = was;
       continue;
     }
@@ -514,7 +515,7 @@ void qm__small_free_general(void *p, uintptr_t off) {
   unsigned c;
   uint64_t *e, w;
   uintptr_t ch = chunk_of(a, off, &c, &roff, &index);
-  if (QM_UNLIKELY(c == QM_ZCLASS || roff >= committed(c) ||
+  if (QM_UNLIKELY(c == QM_ZCLASS || roff >= qm_committed(c) ||
                   qm_slot_dead(ch - qm_region(c), qm__class[c].size)))
     qm__small_error(QM_OP_FREE, p, ch, c, roff, index);
   e = qm_entry_at(c, index);
@@ -612,4 +613,31 @@ __attribute__((destructor)) static void drain_at_exit(void) {
   uintptr_t was = qm_busy_enter();
   qm__state_drain();
   qm_busy_leave(was);
+}
+
+/* ---- the slow paths that apply what was sent first ---- */
+
+void *qm__small_malloc_checked(size_t n) {
+  if (QM_UNLIKELY(drain_due()))
+    qm__state_drain();
+  void *p = NULL;
+  /* as small_alloc_plain: a larger class when this one's region is full */
+  for (unsigned c = qm_class_of(n); c < QM_NCLASS; c++) {
+    uintptr_t s = qm_cache_take_checked(c);
+    if (QM_LIKELY(s)) {
+      p = qm__small_hand_out(s, c, n, QM_MIN_ALIGN);
+      break;
+    }
+  }
+  if (!p)
+    errno = ENOMEM;
+  return p;
+}
+
+void qm__small_free_slow(void *p, uintptr_t off) {
+  if (qm__cache_checked && QM_LIKELY(qm__small_free_checked((uintptr_t)p, off))) {
+    qm_freeing_clear();
+    return;
+  }
+  qm__small_free_general(p, off);
 }

@@ -64,7 +64,7 @@ static size_t region_slots(unsigned c, unsigned shift) {
 #define region qm_region
 
 /* splitmix64: independent keys per region from the one secret */
-static uint64_t mix(uint64_t x) {
+static uint64_t key_mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
@@ -100,8 +100,8 @@ int qm__primary_init(uint64_t secret) {
     qm__class_tab[i] = (uint8_t)qm_class_of_calc(i * 8);
   qm__class_tab[0] = QM_ZCLASS;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
-    qm__class[c].key = mix(secret ^ ((uint64_t)c << 1));
-    qm__class[c].ckey = mix(secret ^ ((uint64_t)c << 1 | 1)) | 1;
+    qm__class[c].key = key_mix(secret ^ ((uint64_t)c << 1));
+    qm__class[c].ckey = key_mix(secret ^ ((uint64_t)c << 1 | 1)) | 1;
     qm_lock_reinit(&central[c].lock); /* before any thread can use it */
     size_t size = qm_chunk_size_of(c);
     QM_CHECK_OP(qm_class_of_calc(size - QM_CANARY), ==, c);

@@ -46,6 +46,11 @@ extern QM_HIDDEN qm_class_info_t qm__class[QM_NCLASS + 1];
  * bytes (init.c sets it). */
 extern QM_HIDDEN size_t qm__small_limit;
 extern QM_HIDDEN _Atomic size_t *qm__committed;
+/* The bytes of class c's region committed so far (racy, relaxed: a chunk
+ * below it has a table entry to read). */
+QM_INLINE size_t qm_committed(unsigned c) {
+  return atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
+}
 extern QM_HIDDEN uintptr_t qm__pbase;
 extern QM_HIDDEN size_t qm__pspan; /* 0 until init: every pointer then looks large */
 extern QM_HIDDEN unsigned qm__rshift;

@@ -1,8 +1,8 @@
 /* primary_state.h: the primary's central state, shared by its files and no
  * other: the per-class central lists (central_t: the free sets' bitmaps,
- * the carved end, the limbo), which primary.c sets up and commits,
- * primary_central.c takes from and gives to, and primary_limbo.c delays
- * frees in. Each class's entry is under its own lock.
+ * the carved end, the limbo), which primary.c sets up and commits, and
+ * primary_central.c takes from, gives to and delays frees in. Each class's
+ * entry is under its own lock.
  */
 #ifndef QM_PRIMARY_STATE_H
 #define QM_PRIMARY_STATE_H
@@ -118,7 +118,7 @@ bool qm__primary_commit(unsigned c, size_t upto);
 void qm__central_put_locked(unsigned c, central_t *cl, unsigned g, unsigned others, uintptr_t s);
 /* A malloc of a thread without a cache, about to take its chunk: the
  * limbo's clock ticks, and its chunks that have waited out free_delay join
- * group g's set. Called with the class lock held (primary_limbo.c). */
+ * group g's set. Called with the class lock held. */
 void qm__limbo_tick_locked(unsigned c, central_t *cl, unsigned g);
 
 #endif

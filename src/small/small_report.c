@@ -26,7 +26,7 @@ bool qm__small_describe(uintptr_t a, qm_place_t *pl) {
     return qm__zero_describe(a, pl);
   const qm_class_info_t *ci = &qm__class[c];
   qm_buf_t *d = &pl->words;
-  if (roff >= committed(c)) {
+  if (roff >= qm_committed(c)) {
     pl->access = QM_ACC_WILD;
     qm_buf_str(d, "unused part of the small-chunk heap, class ");
   } else if (qm_on_guard(roff)) {
@@ -84,7 +84,7 @@ void qm__small_error(qm_op_t op, void *p, uintptr_t ch, unsigned c, uintptr_t ro
                      uintptr_t index) {
   uintptr_t a = (uintptr_t)p;
   const qm_class_info_t *ci = &qm__class[c];
-  if (c != QM_ZCLASS && roff < committed(c) && !qm_slot_dead(ch - qm_region(c), ci->size)) {
+  if (c != QM_ZCLASS && roff < qm_committed(c) && !qm_slot_dead(ch - qm_region(c), ci->size)) {
     uint64_t w = qm_entry_load(qm_entry_at(c, index));
     size_t n = qm_e_size(w);
     if (qm_e_state(w) == QM_CHUNK_ALLOC && a == ch + qm_e_offset(w)) {

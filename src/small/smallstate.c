@@ -168,7 +168,7 @@ QM_INLINE void check_zero(uintptr_t ch, unsigned c) {
  * and canary right now. */
 static QM_COLD void check_neighbours(uintptr_t ch, unsigned c) {
   const qm_class_info_t *ci = &qm__class[c];
-  uintptr_t base = qm_region(c), top = base + committed(c);
+  uintptr_t base = qm_region(c), top = base + qm_committed(c);
   uintptr_t side[2] = {ch - ci->size, ch + ci->size};
   unsigned me = my_id();
   for (int i = 0; i < 2; i++) {
@@ -193,7 +193,7 @@ uintptr_t qm__small_check(qm_op_t op, void *p, uintptr_t off, unsigned *cls, uin
   uintptr_t ch = chunk_of(a, off, cls, &roff, &index);
   unsigned c = *cls;
   const qm_class_info_t *ci = &qm__class[c];
-  if (QM_UNLIKELY(c == QM_ZCLASS || roff >= committed(c) ||
+  if (QM_UNLIKELY(c == QM_ZCLASS || roff >= qm_committed(c) ||
                   qm_slot_dead(ch - qm_region(c), ci->size)))
     qm__small_error(op, p, ch, c, roff, index);
   uint64_t *e = qm_entry_at(c, index), w = qm_entry_load(e);
@@ -208,7 +208,7 @@ uintptr_t qm__small_check(qm_op_t op, void *p, uintptr_t off, unsigned *cls, uin
 QM_INLINE void *hand_out(uintptr_t s, unsigned c, size_t n, size_t align) {
   const qm_class_info_t *ci = &qm__class[c];
   uintptr_t ch = qm_slot_chunk(s), roff = ch - qm_region(c);
-  if (QM_UNLIKELY(roff >= committed(c)))
+  if (QM_UNLIKELY(roff >= qm_committed(c)))
     qm__small_bad_pop(ch, c);
   uint64_t *e = qm_entry_at(c, qm_chunk_index(roff, c)), w = qm_entry_load(e);
   if (QM_UNLIKELY(qm_e_state(w) == QM_CHUNK_ALLOC || qm_e_state(w) == QM_CHUNK_SENT))
@@ -363,7 +363,7 @@ void qm__small_pend_flush(void) {
  * owner and state bits from qm__me, as the default fast path has them. */
 QM_INLINE void *hand_out_checked(uintptr_t s, unsigned c, size_t n) {
   uintptr_t ch = qm_slot_chunk(s), roff = ch - qm_region(c);
-  if (QM_UNLIKELY(roff >= committed(c)))
+  if (QM_UNLIKELY(roff >= qm_committed(c)))
     qm__small_bad_pop(ch, c);
   uint64_t *e = qm_entry_at(c, qm_chunk_index(roff, c)), w = qm_entry_load(e);
   /* ALLOC (1) and SENT (3): the state's low bit */
@@ -390,23 +390,6 @@ void *qm__small_malloc_checked_fast(size_t n, unsigned c, uintptr_t was) {
   return p;
 }
 
-void *qm__small_malloc_checked(size_t n) {
-  if (QM_UNLIKELY(drain_due()))
-    qm__state_drain();
-  void *p = NULL;
-  /* as small_alloc_plain: a larger class when this one's region is full */
-  for (unsigned c = qm_class_of(n); c < QM_NCLASS; c++) {
-    uintptr_t s = qm_cache_take_checked(c);
-    if (QM_LIKELY(s)) {
-      p = hand_out(s, c, n, QM_MIN_ALIGN);
-      break;
-    }
-  }
-  if (!p)
-    errno = ENOMEM;
-  return p;
-}
-
 /* A free of chunk a (off = a - qm__pbase) this thread owns, live, at
  * offset 0, canary intact: made FREE, zeroed (zero_on_free), its live
  * neighbours of this thread checked, given to the ring; false, having
@@ -414,12 +397,12 @@ void *qm__small_malloc_checked(size_t n) {
  * reports what is wrong). The neighbours' entries and canaries are read
  * ahead of the chunk's own canary, so that the three cold lines arrive
  * together. */
-QM_INLINE bool free_checked(uintptr_t a, uintptr_t off) {
+bool qm__small_free_checked(uintptr_t a, uintptr_t off) {
   unsigned c = (unsigned)(off >> qm__rshift);
   uintptr_t roff = off & qm__rmask;
   if (c == QM_ZCLASS)
     return false;
-  size_t top = committed(c);
+  size_t top = qm_committed(c);
   if ((a & (QM_MIN_ALIGN - 1)) || roff >= top)
     return false;
   const qm_class_info_t *ci = &qm__class[c];
@@ -474,19 +457,11 @@ QM_INLINE bool free_checked(uintptr_t a, uintptr_t off) {
   return true;
 }
 
-void qm__small_free_slow(void *p, uintptr_t off) {
-  if (qm__cache_checked && QM_LIKELY(free_checked((uintptr_t)p, off))) {
-    qm_freeing_clear();
-    return;
-  }
-  qm__small_free_general(p, off);
-}
-
 /* ---- fresh generations in a fork child ---- */
 
 uintptr_t qm__small_regen(uintptr_t s, unsigned c) {
   uintptr_t ch = qm_slot_chunk(s), roff = ch - qm_region(c);
-  if (roff >= committed(c))
+  if (roff >= qm_committed(c))
     qm__small_bad_pop(ch, c);
   uint64_t *e = qm_entry_at(c, qm_chunk_index(roff, c)), w = qm_entry_load(e);
   /* FREE, or NONE: carved, never handed out */

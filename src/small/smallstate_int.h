@@ -15,9 +15,6 @@
 #include "report.h"
 #include "smallstate.h"
 
-QM_INLINE size_t committed(unsigned c) {
-  return atomic_load_explicit(&qm__committed[c], memory_order_relaxed);
-}
 /* This thread's id, 0 when it has none. */
 QM_INLINE unsigned my_id(void) {
   return qm__me == QM_E_NOBODY ? 0 : (unsigned)(qm__me >> QM_E_OWNER_SHIFT) & 0xffff;
@@ -73,5 +70,16 @@ _Noreturn void qm__small_neighbour_error(uintptr_t n, uint64_t w, uint64_t bad, 
  * address of the free that parked the chunk, or 0. */
 _Noreturn void qm__small_canary_error(uintptr_t p, uintptr_t at, uint64_t expect,
                                       uintptr_t by) QM_COLD;
+
+/* The small chunks' steering state, in guarded metadata (inbox.c);
+ * the pointer sealed (sealed.c). */
+struct qm_state_meta;
+extern QM_HIDDEN struct qm_state_meta *qm__smeta;
+
+/* Checked mode's free of chunk a (off = a - qm__pbase) when this thread
+ * owns it, live, at offset 0, canary intact: made FREE, zeroed, its
+ * neighbours checked, given to the ring; false, having changed nothing,
+ * for any other (smallstate.c). */
+bool qm__small_free_checked(uintptr_t a, uintptr_t off);
 
 #endif

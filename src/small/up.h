@@ -16,7 +16,7 @@ typedef struct qm_small_up {
   void *(*malloc_slow)(size_t n);
   /* a free re-entered from a signal handler whose pointer is no small
    * chunk, applied when the interrupted call is done (alloc.c) */
-  void (*free)(void *p);
+  void (*free_other)(void *p);
   /* the calling thread's cache and owner id, made on its first need; id
    * `want` if an exited thread left it (0: any); false where it gets none
    * (life.c) */

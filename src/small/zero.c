@@ -69,7 +69,7 @@ static bool grow_to(size_t n) {
   return !qm_os_grow(&space, n * QM_MIN_ALIGN);
 }
 
-static size_t ring_pop(void) {
+static size_t fifo_pop(void) {
   size_t i = ring[qm_age_pop(&q, RING)];
   *waiting_of(i) &= ~((uint64_t)1 << (i % 64));
   return i;
@@ -106,13 +106,13 @@ void *qm__zero_alloc(void) {
   qm_lock(&lock);
   size_t i;
   if (q.n > RING_KEEP) {
-    i = ring_pop();
+    i = fifo_pop();
   } else if (next < nslots() && grow_to(next + 1)) {
     i = next++;
   } else if (loose) {
     i = take_loose();
   } else if (q.n) { /* every other slot is live: the region is full */
-    i = ring_pop();
+    i = fifo_pop();
   } else {
     qm_unlock(&lock);
     errno = ENOMEM;
@@ -139,7 +139,7 @@ static size_t slot_of(const void *p) {
   return off / QM_MIN_ALIGN;
 }
 
-static bool live_locked(size_t i) {
+static bool slot_live(size_t i) {
   uint64_t *w = i == SIZE_MAX ? NULL : word_of(i, false);
   return w && (*w >> (i % 64) & 1);
 }
@@ -155,13 +155,13 @@ static _Noreturn QM_COLD void bad_pointer(qm_op_t op, const void *p) {
 void qm__zero_free(void *p, qm_op_t op) {
   size_t i = slot_of(p);
   qm_lock(&lock);
-  if (!live_locked(i)) {
+  if (!slot_live(i)) {
     qm_unlock(&lock);
     bad_pointer(op, p);
   }
   *word_of(i, false) &= ~((uint64_t)1 << (i % 64));
   if (qm_age_full(&q, RING)) { /* the oldest has waited long enough: loose */
-    size_t old = ring_pop();
+    size_t old = fifo_pop();
     nloose[old / LEAF_BITS]++;
     loose++;
   }
@@ -183,7 +183,7 @@ size_t qm__zero_cap(size_t slots) {
 size_t qm__zero_check(qm_op_t op, void *p) {
   size_t i = slot_of(p);
   qm_lock(&lock);
-  bool live = live_locked(i);
+  bool live = slot_live(i);
   qm_unlock(&lock);
   if (!live)
     bad_pointer(op, p);
