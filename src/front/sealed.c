@@ -25,6 +25,7 @@
 #include "random.h"
 #include "seal.h"
 #include "smallstate.h"
+#include "smallstate_int.h"
 #include "up.h"
 
 QM_SEALED qm_options_t qm__opt;
@@ -61,6 +62,7 @@ QM_SEALED qm_describers_t qm__describers = {
 QM_SEALED qm_small_up_t qm__small_up = {
     .malloc_slow = qm__malloc_slow,
     .free_other = qm_free,
+    .free_general = qm__small_free_general,
     .cache_create = qm__life_cache_create,
 };
 /* The primary's steering state (committed bytes and central lists, see

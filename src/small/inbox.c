@@ -633,11 +633,3 @@ void *qm__small_malloc_checked(size_t n) {
     errno = ENOMEM;
   return p;
 }
-
-void qm__small_free_slow(void *p, uintptr_t off) {
-  if (qm__cache_checked && QM_LIKELY(qm__small_free_checked((uintptr_t)p, off))) {
-    qm_freeing_clear();
-    return;
-  }
-  qm__small_free_general(p, off);
-}

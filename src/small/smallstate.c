@@ -397,7 +397,7 @@ void *qm__small_malloc_checked_fast(size_t n, unsigned c, uintptr_t was) {
  * reports what is wrong). The neighbours' entries and canaries are read
  * ahead of the chunk's own canary, so that the three cold lines arrive
  * together. */
-bool qm__small_free_checked(uintptr_t a, uintptr_t off) {
+QM_INLINE bool free_checked(uintptr_t a, uintptr_t off) {
   unsigned c = (unsigned)(off >> qm__rshift);
   uintptr_t roff = off & qm__rmask;
   if (c == QM_ZCLASS)
@@ -455,6 +455,14 @@ bool qm__small_free_checked(uintptr_t a, uintptr_t off) {
   }
   qm_cache_give_checked(qm_slot_make(a, qm_e_gen(fw)), c, size);
   return true;
+}
+
+void qm__small_free_slow(void *p, uintptr_t off) {
+  if (qm__cache_checked && QM_LIKELY(free_checked((uintptr_t)p, off))) {
+    qm_freeing_clear();
+    return;
+  }
+  qm__small_up.free_general(p, off);
 }
 
 /* ---- fresh generations in a fork child ---- */

@@ -76,10 +76,4 @@ _Noreturn void qm__small_canary_error(uintptr_t p, uintptr_t at, uint64_t expect
 struct qm_state_meta;
 extern QM_HIDDEN struct qm_state_meta *qm__smeta;
 
-/* Checked mode's free of chunk a (off = a - qm__pbase) when this thread
- * owns it, live, at offset 0, canary intact: made FREE, zeroed, its
- * neighbours checked, given to the ring; false, having changed nothing,
- * for any other (smallstate.c). */
-bool qm__small_free_checked(uintptr_t a, uintptr_t off);
-
 #endif
