@@ -1,4 +1,4 @@
-# report.re: the format of qmalloc's reports (src/report.c), defined once for
+# report.re: the format of qmalloc's reports (src/platform/report.c), defined once for
 # every test that reads them. gen-report-re.py makes the C++ death tests'
 # header of it (report_format.h, included by report_re.h); the hardening and
 # preload suites' meson.build read it (fs.read) and build their regexes
@@ -36,7 +36,7 @@ QM_K_CHECK='internal check failed'
 QM_LINE_OF='qmalloc: ERROR: @KIND@ of 0x[0-9a-f]+ \(@D@\)'
 QM_LINE='qmalloc: ERROR: @KIND@ 0x[0-9a-f]+ \(@D@\)'
 QM_LINE_AT='qmalloc: ERROR: @KIND@ \(@RW@\) at 0x[0-9a-f]+ \(@D@\)'
-# A failed internal check (QM_CHECK, QM_CHECK_OP in src/qm.h: qmalloc's own
+# A failed internal check (QM_CHECK, QM_CHECK_OP in src/platform/qm.h: qmalloc's own
 # state found broken): the condition as the source writes it (its regex
 # characters escaped, qm_re_quote in report_re.h), the file, and the
 # operands compared (0 and 0 for a plain QM_CHECK). The line number is left

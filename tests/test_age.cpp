@@ -1,4 +1,4 @@
-// test_age.cpp: the aging queue (src/age.h) through the shim, as its users
+// test_age.cpp: the aging queue (src/platform/age.h) through the shim, as its users
 // drive it: entries leave oldest first across the ring's wrap, a full
 // queue's oldest leaves early, and "older than d" holds across the clock's
 // wrap at 2^32; entries that leave from within (the large quarantine's

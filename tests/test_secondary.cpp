@@ -1003,7 +1003,7 @@ void stale_fifo_position() {
 
 TEST(LargeMetadataDeathTest, AFifoPositionAtAStaleCopyIsCaught) {
   EXPECT_DEATH(stale_fifo_position(),
-               check_report("(b->q.pos + Q.cap - Q.fifo.head) % Q.cap < Q.fifo.n", "quarantine.c"));
+               check_report("(b->q.pos + Q.cap - Q.fifo.head) % Q.cap < Q.fifo.n", "large/quarantine.c"));
 }
 
 // A belt chunk's record dies when its pages are reused elsewhere, and waits
@@ -1060,14 +1060,14 @@ TEST(LargeMetadataDeathTest, ADeadRecordsPlacePastTheRingIsCaught) {
   if (!belt_possible())
     GTEST_SKIP() << "no belt under this strategy";
   EXPECT_DEATH(dead_place_corrupted(true),
-               check_report("b->rec.dpos < DEAD_MAX", "large_record.c"));
+               check_report("b->rec.dpos < DEAD_MAX", "large/large_record.c"));
 }
 
 TEST(LargeMetadataDeathTest, ADeadRecordsPlaceAtAnothersIsCaught) {
   if (!belt_possible())
     GTEST_SKIP() << "no belt under this strategy";
   EXPECT_DEATH(dead_place_corrupted(false),
-               check_report("R.dead[b->rec.dpos] == k - 1", "large_record.c"));
+               check_report("R.dead[b->rec.dpos] == k - 1", "large/large_record.c"));
 }
 
 // A record index that passes the table's size but names no record made:
@@ -1101,12 +1101,12 @@ void fifo_entry_names_no_record(bool uncommitted) {
 
 TEST(LargeMetadataDeathTest, AnIndexPastTheRecordsMadeIsCaught) {
   EXPECT_DEATH(fifo_entry_names_no_record(false),
-               check_report("i < qm__rec_made()", "large_record.h"));
+               check_report("i < qm__rec_made()", "large/large_record.h"));
 }
 
 TEST(LargeMetadataDeathTest, AnIndexIntoTheUncommittedTableIsCaught) {
   EXPECT_DEATH(fifo_entry_names_no_record(true),
-               check_report("i < qm__rec_made()", "large_record.h"));
+               check_report("i < qm__rec_made()", "large/large_record.h"));
 }
 
 // The address index is walked without the lock (the SIGSEGV handler's
