@@ -535,7 +535,7 @@ TEST_F(Large, QuarantineKeepsToItsResidentBudget) {
   EXPECT_GE(s.quarantine_chunks, before.quarantine_chunks + 10) << "dropped, still quarantined";
   size_t resident = 0;
   for (char *p : v)
-    resident += qmt_resident(p, MiB);
+    resident += qmt_resident_mapped(p, MiB);
   EXPECT_LE(resident, 4 * MiB);
   if (s.strategy != QM_STRATEGY_PROTECT) {
     // discard and guard drop every chunk's pages as it enters the quarantine
@@ -590,7 +590,7 @@ TEST_F(Large, VeryLargeChunksAreNeverReused) {
     std::memset(p, 1, 4 * MiB);
     EXPECT_TRUE(seen.insert(p).second) << "reused a very large chunk";
     qm_free(p);
-    EXPECT_EQ(qmt_resident(p, 4 * MiB), 0u) << "its pages were dropped";
+    EXPECT_EQ(qmt_resident_mapped(p, 4 * MiB), 0u) << "its pages were dropped";
   }
 }
 
@@ -696,7 +696,7 @@ TEST_F(Large, ReallocMoveLeavesNothingResidentBehind) {
   char *q = static_cast<char *>(qm_realloc(p, 8 * MiB));
   ASSERT_NE(q, p);
   EXPECT_EQ(stats().quarantine_resident_bytes, before);
-  EXPECT_EQ(qmt_resident(p, MiB), 0u);
+  EXPECT_EQ(qmt_resident_mapped(p, MiB), 0u);
   qm_free(q);
 }
 
@@ -1166,7 +1166,7 @@ TEST_F(Discard, DropsPagesAndReusesZeroFilled) {
   size_t rss_full = rss_bytes();
   EXPECT_EQ(qmt_resident(p, 4 * MiB), 4 * MiB);
   qm_free(p);
-  EXPECT_EQ(qmt_resident(p, 4 * MiB), 0u) << "pages dropped at free";
+  EXPECT_EQ(qmt_resident_mapped(p, 4 * MiB), 0u) << "pages dropped at free";
   EXPECT_LE(rss_bytes() + 3 * MiB, rss_full) << "RSS fell";
   long f0 = qmt_minflt();
   char *q = static_cast<char *>(qm_calloc(1, 4 * MiB));
@@ -1843,7 +1843,7 @@ TEST_F(Large, PagesMovedAwayAtFreeComeBackWithoutMprotectOrFault) {
   char prot[5];
   qmt_prot_of(p, prot);
   EXPECT_STREQ(prot, "---p");
-  EXPECT_EQ(qmt_resident(p, MiB), 0u) << "no page left at the freed address";
+  EXPECT_EQ(qmt_resident_mapped(p, MiB), 0u) << "no page left at the freed address";
   char *q = static_cast<char *>(qm_malloc(MiB));
   // the faults under an emulator are its own and the host's (the rest holds)
   bool faults = !qmt_emulated();
