@@ -343,7 +343,7 @@ unsigned qmt_mappings_in(uintptr_t from, uintptr_t to) {
 
 int qmt_mincore_mapped(const void *p, size_t len, int readable_only, size_t *resident,
                        size_t *unseen) {
-  uintptr_t from = (uintptr_t)p, to = from + len, r[64][2];
+  uintptr_t from = (uintptr_t)p, to = from + len, r[1024][2];
   size_t n = 0;
   *resident = *unseen = 0;
   FILE *f = fopen("/proc/self/maps", "r");
