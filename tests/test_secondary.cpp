@@ -1955,7 +1955,11 @@ TEST_F(Large, AGatheredChunkTakesThePagesOfSeveralPooledChunks) {
   qm_stats_t before = stats();
   long f0 = qmt_minflt();
   char *q = static_cast<char *>(qm_malloc(MiB));
-  EXPECT_LE(qmt_minflt() - f0, 2) << "the new record's entries at most";
+  // the faults under an emulator are its own and the host's (the rest holds)
+  bool faults = !qmt_emulated();
+  if (faults) {
+    EXPECT_LE(qmt_minflt() - f0, 2) << "the new record's entries at most";
+  }
   qm_stats_t after = stats();
   EXPECT_EQ(after.belt_gathers, before.belt_gathers + 1);
   EXPECT_EQ(after.belt_pieces, before.belt_pieces + 2);
@@ -1975,7 +1979,9 @@ TEST_F(Large, AGatheredChunkTakesThePagesOfSeveralPooledChunks) {
       << ones << " pages of a, " << twos << " of b";
   f0 = qmt_minflt();
   std::memset(q, 3, MiB);
-  EXPECT_EQ(qmt_minflt() - f0, 0) << "writing every page";
+  if (faults) {
+    EXPECT_EQ(qmt_minflt() - f0, 0) << "writing every page";
+  }
   char prot[5];
   qmt_prot_of(q + MiB, prot);
   EXPECT_STREQ(prot, "---p") << "trailing guard page";
