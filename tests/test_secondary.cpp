@@ -2103,6 +2103,7 @@ TEST_F(Large, CallocOfARequestLargerThanThePoolIsZero) {
 TEST_F(Large, AChunksMappingsAreNeverMoreThanItCounts) {
   if (!gathers())
     GTEST_SKIP() << "no gathering here";
+  QMT_SKIP_IF_EMULATED(QMT_MAPS_AFTER_DONTUNMAP);
   for (const char *thp : {"thp_min_mb=0", "thp_min_mb=2"}) {
     set(thp);
     qmt_quarantine_flush();
