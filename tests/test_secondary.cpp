@@ -1891,7 +1891,11 @@ TEST_F(Large, PooledPagesServeSmallerAndLargerRequests) {
   char *q = static_cast<char *>(qm_malloc(smaller));
   long f0 = qmt_minflt();
   std::memset(q, 2, smaller);
-  EXPECT_EQ(qmt_minflt() - f0, 0);
+  // the faults under an emulator are its own and the host's (the rest holds)
+  bool faults_seen = !qmt_emulated();
+  if (faults_seen) {
+    EXPECT_EQ(qmt_minflt() - f0, 0);
+  }
   qm_stats_t mid = stats();
   EXPECT_EQ(mid.belt_moves, before.belt_moves + 1) << "the pooled chunk served it";
   EXPECT_EQ(mid.sys_mprotect - before.sys_mprotect, 1u) << "the pages past the request closed";
@@ -1928,7 +1932,9 @@ TEST_F(Large, PooledPagesServeSmallerAndLargerRequests) {
   // an mmap or more (the belt may map dead ranges afresh in the same call)
   EXPECT_EQ(after.sys_mprotect - again.sys_mprotect, 0u);
   EXPECT_GE(after.sys_mmap - again.sys_mmap, 1u) << "the pages past the pooled ones";
-  EXPECT_EQ(faults, static_cast<long>((MiB - smaller) / pg));
+  if (faults_seen) {
+    EXPECT_EQ(faults, static_cast<long>((MiB - smaller) / pg));
+  }
   qm_free(r);
 }
 
@@ -2025,7 +2031,11 @@ TEST_F(Large, AChunkOfSeveralMappingsGivesItsTail) {
   before = stats();
   long f0 = qmt_minflt();
   char *q = static_cast<char *>(qm_malloc(want));
-  EXPECT_LE(qmt_minflt() - f0, 2) << "the new record's entries at most";
+  // the faults under an emulator are its own and the host's (the rest holds)
+  bool faults = !qmt_emulated();
+  if (faults) {
+    EXPECT_LE(qmt_minflt() - f0, 2) << "the new record's entries at most";
+  }
   qm_stats_t after = stats();
   EXPECT_EQ(after.belt_gathers, before.belt_gathers + 1);
   EXPECT_EQ(after.belt_pieces, before.belt_pieces + 1) << "g's tail";
@@ -2037,7 +2047,9 @@ TEST_F(Large, AChunkOfSeveralMappingsGivesItsTail) {
   EXPECT_EQ(threes, want / pg) << "g's pages, as they were";
   f0 = qmt_minflt();
   std::memset(q, 4, want);
-  EXPECT_EQ(qmt_minflt() - f0, 0) << "writing every page";
+  if (faults) {
+    EXPECT_EQ(qmt_minflt() - f0, 0) << "writing every page";
+  }
   qm_free(q);
 }
 
