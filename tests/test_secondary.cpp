@@ -2267,6 +2267,10 @@ TEST_F(Large, AFreshChunkHasAPageWhereAMoveTakesOneMapping) {
   set("thp_min_mb=0");
   const size_t pg = qmt_page();
   for (int one : {1, 0}) {
+    // the one-VMA hook reads /proc/self/maps, which qemu-user gets wrong
+    // (QMT_MAPS_AFTER_DONTUNMAP): under it the round of plain moves only
+    if (one && qmt_emulated())
+      continue;
     qmt_one_vma_moves(one);
     bool written = !qmt_move_spans_vmas();
     qmt_quarantine_flush();
