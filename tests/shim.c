@@ -4,6 +4,7 @@
  */
 #include "shim.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,20 +235,22 @@ long qmt_minflt(void) {
 
 size_t qmt_page(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 
-size_t qmt_resident(const void *p, size_t len) {
+int qmt_mincore(const void *p, size_t len, size_t *resident) {
   size_t pg = qmt_page();
   uintptr_t a = (uintptr_t)p & ~(pg - 1);
   size_t n = ((uintptr_t)p + len - a + pg - 1) / pg, res = 0;
   unsigned char vec[4096];
+  *resident = 0;
   for (size_t done = 0; done < n;) {
     size_t k = n - done < sizeof vec ? n - done : sizeof vec;
     if (mincore((void *)(a + done * pg), k * pg, vec))
-      return 0;
+      return errno;
     for (size_t i = 0; i < k; i++)
       res += vec[i] & 1;
     done += k;
   }
-  return res * pg;
+  *resident = res * pg;
+  return 0;
 }
 
 long qmt_mappings(void) {
@@ -338,6 +341,43 @@ unsigned qmt_rw_mappings_in(uintptr_t from, uintptr_t to) {
 unsigned qmt_mappings_in(uintptr_t from, uintptr_t to) {
   size_t bytes;
   return maps_in(from, to, any, &bytes);
+}
+
+int qmt_mincore_mapped(const void *p, size_t len, int readable_only, size_t *resident,
+                       size_t *unseen) {
+  uintptr_t from = (uintptr_t)p, to = from + len, r[1024][2];
+  size_t n = 0;
+  *resident = *unseen = 0;
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f)
+    return errno;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char prot[5];
+    if (sscanf(line, "%lx-%lx %4s", &lo, &hi, prot) != 3 || hi <= from || lo >= to)
+      continue;
+    lo = lo > from ? lo : from;
+    hi = hi < to ? hi : to;
+    if (readable_only && !readable(prot)) {
+      *unseen += hi - lo;
+    } else if (n == sizeof r / sizeof r[0]) {
+      fclose(f);
+      return E2BIG;
+    } else {
+      r[n][0] = lo;
+      r[n++][1] = hi;
+    }
+  }
+  fclose(f);
+  for (size_t i = 0; i < n; i++) {
+    size_t res;
+    int err = qmt_mincore((void *)r[i][0], r[i][1] - r[i][0], &res);
+    if (err)
+      return err;
+    *resident += res;
+  }
+  return 0;
 }
 
 size_t qmt_inaccessible_pages(uintptr_t from, uintptr_t to) {

@@ -149,8 +149,15 @@ unsigned qmt_mappings_in(uintptr_t lo, uintptr_t hi);
 /* The whole range [base, end) of the large chunk at p, guards included;
  * 0 if none. */
 int qmt_large_range(const void *p, uintptr_t *base, uintptr_t *end);
-/* Resident bytes of [p, p+len) now (mincore). */
-size_t qmt_resident(const void *p, size_t len);
+/* Resident bytes of [p, p+len) now (mincore) in *resident: 0, or the
+ * errno of the mincore that failed (*resident 0 then). The tests call
+ * qmt_resident (util.h), which fails the test on an error. */
+int qmt_mincore(const void *p, size_t len, size_t *resident);
+/* The same over the parts of [p, p+len) that are mapped (an unmapped page
+ * holds none); readable_only: only those readable, the bytes of the others
+ * in *unseen (qemu-user's mincore refuses PROT_NONE pages). */
+int qmt_mincore_mapped(const void *p, size_t len, int readable_only, size_t *resident,
+                       size_t *unseen);
 /* Lines of /proc/self/maps. */
 long qmt_mappings(void);
 /* Lines of /proc/self/maps in the belt's reservation and in its mirror

@@ -186,7 +186,7 @@ TEST(ForcedSlow, SwitchesTheStrategy) {
   char *p = static_cast<char *>(qm_malloc(1 << 20));
   std::memset(p, 1, 1 << 20);
   qm_free(p);
-  EXPECT_EQ(qmt_resident(p, 1 << 20), 0u) << "quarantine holds no pages";
+  EXPECT_EQ(qmt_resident_mapped(p, 1 << 20), 0u) << "quarantine holds no pages";
 }
 
 // QMALLOC_OPTIONS=probe=slow:window_gb=64, as on a kernel without the

@@ -535,7 +535,7 @@ TEST_F(Large, QuarantineKeepsToItsResidentBudget) {
   EXPECT_GE(s.quarantine_chunks, before.quarantine_chunks + 10) << "dropped, still quarantined";
   size_t resident = 0;
   for (char *p : v)
-    resident += qmt_resident(p, MiB);
+    resident += qmt_resident_mapped(p, MiB);
   EXPECT_LE(resident, 4 * MiB);
   if (s.strategy != QM_STRATEGY_PROTECT) {
     // discard and guard drop every chunk's pages as it enters the quarantine
@@ -590,7 +590,7 @@ TEST_F(Large, VeryLargeChunksAreNeverReused) {
     std::memset(p, 1, 4 * MiB);
     EXPECT_TRUE(seen.insert(p).second) << "reused a very large chunk";
     qm_free(p);
-    EXPECT_EQ(qmt_resident(p, 4 * MiB), 0u) << "its pages were dropped";
+    EXPECT_EQ(qmt_resident_mapped(p, 4 * MiB), 0u) << "its pages were dropped";
   }
 }
 
@@ -696,7 +696,7 @@ TEST_F(Large, ReallocMoveLeavesNothingResidentBehind) {
   char *q = static_cast<char *>(qm_realloc(p, 8 * MiB));
   ASSERT_NE(q, p);
   EXPECT_EQ(stats().quarantine_resident_bytes, before);
-  EXPECT_EQ(qmt_resident(p, MiB), 0u);
+  EXPECT_EQ(qmt_resident_mapped(p, MiB), 0u);
   qm_free(q);
 }
 
@@ -1166,7 +1166,7 @@ TEST_F(Discard, DropsPagesAndReusesZeroFilled) {
   size_t rss_full = rss_bytes();
   EXPECT_EQ(qmt_resident(p, 4 * MiB), 4 * MiB);
   qm_free(p);
-  EXPECT_EQ(qmt_resident(p, 4 * MiB), 0u) << "pages dropped at free";
+  EXPECT_EQ(qmt_resident_mapped(p, 4 * MiB), 0u) << "pages dropped at free";
   EXPECT_LE(rss_bytes() + 3 * MiB, rss_full) << "RSS fell";
   long f0 = qmt_minflt();
   char *q = static_cast<char *>(qm_calloc(1, 4 * MiB));
@@ -1843,7 +1843,7 @@ TEST_F(Large, PagesMovedAwayAtFreeComeBackWithoutMprotectOrFault) {
   char prot[5];
   qmt_prot_of(p, prot);
   EXPECT_STREQ(prot, "---p");
-  EXPECT_EQ(qmt_resident(p, MiB), 0u) << "no page left at the freed address";
+  EXPECT_EQ(qmt_resident_mapped(p, MiB), 0u) << "no page left at the freed address";
   char *q = static_cast<char *>(qm_malloc(MiB));
   // the faults under an emulator are its own and the host's (the rest holds)
   bool faults = !qmt_emulated();
@@ -1891,7 +1891,11 @@ TEST_F(Large, PooledPagesServeSmallerAndLargerRequests) {
   char *q = static_cast<char *>(qm_malloc(smaller));
   long f0 = qmt_minflt();
   std::memset(q, 2, smaller);
-  EXPECT_EQ(qmt_minflt() - f0, 0);
+  // the faults under an emulator are its own and the host's (the rest holds)
+  bool faults_seen = !qmt_emulated();
+  if (faults_seen) {
+    EXPECT_EQ(qmt_minflt() - f0, 0);
+  }
   qm_stats_t mid = stats();
   EXPECT_EQ(mid.belt_moves, before.belt_moves + 1) << "the pooled chunk served it";
   EXPECT_EQ(mid.sys_mprotect - before.sys_mprotect, 1u) << "the pages past the request closed";
@@ -1928,7 +1932,9 @@ TEST_F(Large, PooledPagesServeSmallerAndLargerRequests) {
   // an mmap or more (the belt may map dead ranges afresh in the same call)
   EXPECT_EQ(after.sys_mprotect - again.sys_mprotect, 0u);
   EXPECT_GE(after.sys_mmap - again.sys_mmap, 1u) << "the pages past the pooled ones";
-  EXPECT_EQ(faults, static_cast<long>((MiB - smaller) / pg));
+  if (faults_seen) {
+    EXPECT_EQ(faults, static_cast<long>((MiB - smaller) / pg));
+  }
   qm_free(r);
 }
 
@@ -1955,7 +1961,11 @@ TEST_F(Large, AGatheredChunkTakesThePagesOfSeveralPooledChunks) {
   qm_stats_t before = stats();
   long f0 = qmt_minflt();
   char *q = static_cast<char *>(qm_malloc(MiB));
-  EXPECT_LE(qmt_minflt() - f0, 2) << "the new record's entries at most";
+  // the faults under an emulator are its own and the host's (the rest holds)
+  bool faults = !qmt_emulated();
+  if (faults) {
+    EXPECT_LE(qmt_minflt() - f0, 2) << "the new record's entries at most";
+  }
   qm_stats_t after = stats();
   EXPECT_EQ(after.belt_gathers, before.belt_gathers + 1);
   EXPECT_EQ(after.belt_pieces, before.belt_pieces + 2);
@@ -1975,7 +1985,9 @@ TEST_F(Large, AGatheredChunkTakesThePagesOfSeveralPooledChunks) {
       << ones << " pages of a, " << twos << " of b";
   f0 = qmt_minflt();
   std::memset(q, 3, MiB);
-  EXPECT_EQ(qmt_minflt() - f0, 0) << "writing every page";
+  if (faults) {
+    EXPECT_EQ(qmt_minflt() - f0, 0) << "writing every page";
+  }
   char prot[5];
   qmt_prot_of(q + MiB, prot);
   EXPECT_STREQ(prot, "---p") << "trailing guard page";
@@ -2019,7 +2031,11 @@ TEST_F(Large, AChunkOfSeveralMappingsGivesItsTail) {
   before = stats();
   long f0 = qmt_minflt();
   char *q = static_cast<char *>(qm_malloc(want));
-  EXPECT_LE(qmt_minflt() - f0, 2) << "the new record's entries at most";
+  // the faults under an emulator are its own and the host's (the rest holds)
+  bool faults = !qmt_emulated();
+  if (faults) {
+    EXPECT_LE(qmt_minflt() - f0, 2) << "the new record's entries at most";
+  }
   qm_stats_t after = stats();
   EXPECT_EQ(after.belt_gathers, before.belt_gathers + 1);
   EXPECT_EQ(after.belt_pieces, before.belt_pieces + 1) << "g's tail";
@@ -2031,7 +2047,9 @@ TEST_F(Large, AChunkOfSeveralMappingsGivesItsTail) {
   EXPECT_EQ(threes, want / pg) << "g's pages, as they were";
   f0 = qmt_minflt();
   std::memset(q, 4, want);
-  EXPECT_EQ(qmt_minflt() - f0, 0) << "writing every page";
+  if (faults) {
+    EXPECT_EQ(qmt_minflt() - f0, 0) << "writing every page";
+  }
   qm_free(q);
 }
 
@@ -2097,6 +2115,7 @@ TEST_F(Large, CallocOfARequestLargerThanThePoolIsZero) {
 TEST_F(Large, AChunksMappingsAreNeverMoreThanItCounts) {
   if (!gathers())
     GTEST_SKIP() << "no gathering here";
+  QMT_SKIP_IF_EMULATED(QMT_MAPS_AFTER_DONTUNMAP);
   for (const char *thp : {"thp_min_mb=0", "thp_min_mb=2"}) {
     set(thp);
     qmt_quarantine_flush();
@@ -2248,6 +2267,10 @@ TEST_F(Large, AFreshChunkHasAPageWhereAMoveTakesOneMapping) {
   set("thp_min_mb=0");
   const size_t pg = qmt_page();
   for (int one : {1, 0}) {
+    // the one-VMA hook reads /proc/self/maps, which qemu-user gets wrong
+    // (QMT_MAPS_AFTER_DONTUNMAP): under it the round of plain moves only
+    if (one && qmt_emulated())
+      continue;
     qmt_one_vma_moves(one);
     bool written = !qmt_move_spans_vmas();
     qmt_quarantine_flush();

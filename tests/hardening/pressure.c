@@ -175,6 +175,13 @@ static int fill_mappings(void) {
  * chunk's pooled pages are dropped, their place in the mirror merging
  * back; either way the window holds and the freed chunk still faults. */
 REPORTED int map_count(void) {
+  /* qemu-user's guest and qemu share one mm: at the limit, qemu's own
+   * bookkeeping of the guest's next mmap (target_mmap -> page_set_flags ->
+   * page_find_alloc -> g_malloc0) can fail, and glib's g_error, whose g_log
+   * returns under qemu, ends in its for (;;): g_malloc0 spins at 100% CPU
+   * with no syscall (3 runs of 17 at 65,532 mappings) until the timeout */
+  skip_if_emulated("qemu's own allocations share the guest's vm.max_map_count: at the limit "
+                   "its page_set_flags -> g_malloc0 fails and glib's g_error spins for ever");
   void (*get)(qm_stats_t *) = (void (*)(qm_stats_t *))dlsym(RTLD_DEFAULT, "qm_stats");
   char *p = opaque(malloc(1 << 20));
   if (!get || !p)
@@ -201,11 +208,6 @@ REPORTED int map_count(void) {
   fprintf(stderr, "pressure: refused: %s\n", strerror(err));
   if (err != ENOMEM)
     return 1;
-  qm_stats_t s;
-  get(&s);
-  if (s.window_breaks) /* the chunk was unmapped to make room, and none was made */
-    skip_if_emulated("the guest's mappings are the emulator's host mappings: the range qmalloc "
-                     "unmapped did not make room under vm.max_map_count");
   p[16] = 2; /* must fault */
   return 0;
 }
