@@ -199,7 +199,10 @@ TEST(ForcedSlowBelt, ThePoolKeepsPagesWithoutTheFastPath) {
   const qm_probe_result_t *r = qm_probe_result();
   ASSERT_EQ(r->fast_dirty, 0);
   ASSERT_EQ(qmt_option("window_gb"), 64u);
-  if (r->faults_move_rw != 0) { // no way is fault-free: pages are dropped
+  // under an emulator the faults are qemu's and the host's: the way is
+  // pinned there (tests/meson.build), and the faults go uncounted
+  bool faults = !qmt_emulated();
+  if (faults && r->faults_move_rw != 0) { // no way is fault-free: pages are dropped
     EXPECT_EQ(r->belt_way, QM_BELT_IN_PLACE) << r->belt_reason;
     EXPECT_NE(r->strategy, QM_STRATEGY_PROTECT);
     return;
@@ -217,7 +220,9 @@ TEST(ForcedSlowBelt, ThePoolKeepsPagesWithoutTheFastPath) {
   char *q = static_cast<char *>(qm_malloc(1 << 20));
   long f0 = qmt_minflt();
   std::memset(q, 2, 1 << 20);
-  EXPECT_EQ(qmt_minflt() - f0, 0);
+  if (faults) {
+    EXPECT_EQ(qmt_minflt() - f0, 0);
+  }
   qm_stats_t after;
   qm_stats(&after);
   EXPECT_EQ(after.belt_moves, before.belt_moves + 1);
