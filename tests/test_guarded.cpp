@@ -264,6 +264,19 @@ INSTANTIATE_TEST_SUITE_P(Sizes, SampledDeathTest, testing::Values(8, 64, 1000));
 
 TEST(Sampled, CrossThreadFreesComplete) { cross_thread_stress(); }
 
+// mallinfo2 counts a sampled chunk's bytes as in use: every malloc here
+// takes a guarded slot, so the bytes asked for are all in guarded slots
+TEST(Sampled, MallinfoCountsGuardedChunksInUse) {
+  size_t before = qm_mallinfo2().uordblks;
+  std::vector<void *> v;
+  for (int i = 0; i < 8; i++)
+    v.push_back(qm_malloc(3000));
+  ASSERT_GE(stats().guarded_live_chunks, 8u) << "every malloc sampled (sample_rate=1)";
+  EXPECT_GE(qm_mallinfo2().uordblks, before + 8 * 3000);
+  for (void *p : v)
+    qm_free(p);
+}
+
 // ---- default options ----
 
 // About 1 in N small mallocs is sampled.
