@@ -11,6 +11,10 @@
 #include "os.h"
 #include "secondary_int.h"
 
+/* From this size up a fresh mapping is asked of qm_os_could_map first (it
+ * reads /proc: a cost only requests this large can carry) */
+#define QM_ASK_FIRST ((size_t)1 << 30)
+
 /* The RW extent, in pages, of a request for `need` pages. A chunk that gets
  * THP is opened in whole huge pages and placed to end flush at the last one:
  * opening only its own pages split the last PMD, and a split PMD stays 512
@@ -458,20 +462,29 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
       return fail_enomem();
   }
   qm__sec_enforce_all(3);
+  /* A request the kernel refuses whatever is freed (malloc(16 TiB) once
+   * emptied the whole quarantine on its way to ENOMEM) is neither retried
+   * nor, from QM_ASK_FIRST up, tried at all: the PROT_NONE reservation of
+   * 32 TiB that the kernel grants before refusing the RW part costs two
+   * syscalls, and qemu-user 7.2 fills a page table of its own for every
+   * page reserved (24 GiB for 32 TiB: the OOM killer ends it) */
+  size_t span = (cap << qm__page_shift) + align + 2 * qm__page;
+  bool could = true;
+  if (need >= QM_ASK_FIRST >> qm__page_shift)
+    could = qm_os_could_map(span, need << qm__page_shift, qm__q_mapped_bytes());
   qm_range_t r;
-  int err = qm__range_map(LF.strategy, cap << qm__page_shift, align, need << qm__page_shift,
-                          thp_advice(cap), &r);
+  int err = could ? qm__range_map(LF.strategy, cap << qm__page_shift, align, need << qm__page_shift,
+                                  thp_advice(cap), &r)
+                  : ENOMEM;
   /* Out of address space, memory or mappings: unmapping quarantined chunks
-   * may let the mapping succeed, and is done only where it can: never for a
-   * request the kernel refuses whatever is freed (malloc(16 TiB) once
-   * emptied the whole quarantine on its way to ENOMEM). The aged chunks go
-   * first; the window (quarantine_min_frees, quarantine_min_mb) only in the
-   * default profile, as the last resort (failing instead would leave a
-   * program that freed everything unable to allocate again), counted and
-   * warned of. Under hardening=max the request fails instead. */
+   * may let the mapping succeed, and is done only where it can. The aged
+   * chunks go first; the window (quarantine_min_frees, quarantine_min_mb)
+   * only in the default profile, as the last resort (failing instead would
+   * leave a program that freed everything unable to allocate again),
+   * counted and warned of. Under hardening=max the request fails instead. */
   int rounds = qm__opt.hardening == QM_HARDENING_MAX ? 1 : 2;
-  if (err == ENOMEM && !qm_os_could_map((cap << qm__page_shift) + align + 2 * qm__page,
-                                        need << qm__page_shift, qm__q_mapped_bytes()))
+  if (err == ENOMEM &&
+      (!could || !qm_os_could_map(span, need << qm__page_shift, qm__q_mapped_bytes())))
     rounds = 0;
   for (int round = 0; err == ENOMEM && round < rounds; round++)
     if (qm__sec_unmap_all(round == 1))

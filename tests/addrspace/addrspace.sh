@@ -9,6 +9,13 @@
 # QMALLOC_OPTIONS from the environment (the profile); sampling at 1 in 64 is
 # added so that the program's 256 small mallocs take some guarded slots.
 set -u
+# Under qemu-user VmSize and RLIMIT_AS are the emulator's process's: its
+# own mappings, and the guest's space it reserves; it ignores a guest's
+# setrlimit(RLIMIT_AS)
+if [ -n "${QMT_EMULATED:-}" ]; then
+  echo "SKIP under qemu-user: VmSize and RLIMIT_AS are the emulator's, not the program's"
+  exit 77
+fi
 mode=$1
 shift
 run() { # PROGRAM LIB ARGS...

@@ -4,12 +4,14 @@
 # usage: expect.sh LIB 0|SEGV|ABRT REGEX [VAR=VALUE...] -- CMD [ARGS...]
 # A REGEX of "-" means stderr must be empty. A command that exits 77 could
 # not be put in the state it tests: skipped (meson's 77), its stderr says why.
-# Two VAR=VALUE are expect.sh's own, not the command's: REPORT_KIND=K (a
+# Three VAR=VALUE are expect.sh's own, not the command's: REPORT_KIND=K (a
 # regex of the kind's words) checks the whole report against the one
 # definition of the format, tests/report.re: the line REGEX matched is
 # followed by the stack of the call (ABRT) or access (SEGV) that found the
 # error, and the last line is SUMMARY naming kind K and, with
 # REPORT_FRAME=FN, the function FN of the program as the offending frame.
+# SKIP_EMULATED=REASON skips the test under qemu-user (QMT_EMULATED), saying
+# why it means nothing there.
 set -uo pipefail
 lib=$1 want=$2 regex=$3
 shift 3
@@ -19,6 +21,8 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     REPORT_KIND=*) kind=${1#REPORT_KIND=} ;;
     REPORT_FRAME=*) frame=${1#REPORT_FRAME=} ;;
+    SKIP_EMULATED=*)
+      [ -z "${QMT_EMULATED:-}" ] || { echo "SKIP under qemu-user: ${1#SKIP_EMULATED=}"; exit 77; } ;;
     *) envs+=("$1") ;;
   esac
   shift
@@ -26,17 +30,12 @@ done
 shift
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
-# under qemu-user (QMT_EMULATED: tests/meson.build) the program runs
-# through the cross file's wrapper, LD_PRELOAD handed to the guest alone
-# (-E), and the emulator's own line on a death by signal is dropped
-pre=(LD_PRELOAD="$lib") run=()
-if [ -n "${QMT_EMULATED:-}" ]; then
-  read -r -a run <<<"${MESON_EXE_WRAPPER:?QMT_EMULATED without MESON_EXE_WRAPPER}"
-  pre=() run+=(-E "LD_PRELOAD=$lib")
-fi
-env "${envs[@]}" "${pre[@]}" "${run[@]}" "$@" 2>"$err" >/dev/null
+# shellcheck source=preloaded.sh
+. "$(dirname "$0")/preloaded.sh"
+preload_prefix "$lib"
+env "${envs[@]}" "${PRE[@]}" "$@" 2>"$err" >/dev/null
 rc=$?
-[ -z "${QMT_EMULATED:-}" ] || sed -i '/^qemu: uncaught target signal /d' "$err"
+drop_emulator_lines "$err"
 if [ "$rc" -eq 77 ]; then
   cat "$err"
   exit 77

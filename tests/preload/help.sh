@@ -11,7 +11,10 @@ lib=$1 def=$2 prog=$3
 fail() { echo "FAIL: $*" >&2; exit 1; }
 err=$(mktemp) out=$(mktemp)
 trap 'rm -f "$err" "$out"' EXIT
-env QMALLOC_OPTIONS=help=1:guard_interval_kb=100:hardening=max LD_PRELOAD="$lib" "$prog" >"$out" 2>"$err"
+# shellcheck source=preloaded.sh
+. "$(dirname "$0")/preloaded.sh"
+preload_prefix "$lib"
+QMALLOC_OPTIONS=help=1:guard_interval_kb=100:hardening=max "${PRE[@]}" "$prog" >"$out" 2>"$err"
 rc=$?
 grep -q '^usage: prog' "$err" && fail "help=1: the program ran (its usage line was printed)"
 [ $rc -eq 0 ] || fail "help=1: exit status $rc"
@@ -25,6 +28,6 @@ done
 grep -qx '  guard_interval_kb=256' "$err" || fail "guard_interval_kb not shown as in force (256)"
 grep -qx '  hardening=max' "$err" || fail "hardening not max"
 grep -qx '      0\.\.1048576, default 1024: an inaccessible page ends every span .*' "$err" || fail "no range and default for guard_interval_kb"
-env QMALLOC_OPTIONS=verbose=1:guard_interval_kb=100 LD_PRELOAD="$lib" "$prog" 2>"$err"
+QMALLOC_OPTIONS=verbose=1:guard_interval_kb=100 "${PRE[@]}" "$prog" 2>"$err"
 grep -q '^qmalloc: option guard_interval_kb=256 ' "$err" || fail "verbose=1: guard_interval_kb not 256: $(cat "$err")"
 echo "ok: help=1 lists $(echo "$names" | wc -l) options and exits 0; verbose shows values in force"

@@ -7,8 +7,12 @@ set -uo pipefail
 lib=$1 prog=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-QMALLOC_OPTIONS=log_path=$dir/qm LD_PRELOAD=$lib "$prog" double-free 131072 2>"$dir/stderr" >/dev/null
+# shellcheck source=preloaded.sh
+. "$(dirname "$0")/preloaded.sh"
+preload_prefix "$lib"
+QMALLOC_OPTIONS=log_path=$dir/qm "${PRE[@]}" "$prog" double-free 131072 2>"$dir/stderr" >/dev/null
 rc=$?
+drop_emulator_lines "$dir/stderr"
 fail() { echo "FAIL: $*" >&2; ls -l "$dir" >&2; cat "$dir"/* >&2; exit 1; }
 [ "$rc" -eq $((128 + 6)) ] || fail "expected SIGABRT, got $rc"
 shopt -s nullglob
