@@ -282,7 +282,8 @@ static unsigned carve(unsigned c, central_t *cl, unsigned g, uintptr_t *out, uns
 /* Puts the chunk of slot s into group g's set; others: the other groups
  * in use, whose bits a chunk given back twice may sit in. Called with the
  * class lock held. */
-void qm__central_put_locked(unsigned c, central_t *cl, unsigned g, unsigned others, uintptr_t s) {
+static void central_put_locked(unsigned c, central_t *cl, unsigned g, unsigned others,
+                               uintptr_t s) {
   uintptr_t base = region(c);
   size_t size = qm__class[c].size;
   /* the generation is in the table; the bit is the chunk's slot, so the
@@ -301,6 +302,8 @@ void qm__central_put_locked(unsigned c, central_t *cl, unsigned g, unsigned othe
   cl->nfree_of[g]++;
 }
 
+static void limbo_tick_locked(unsigned c, central_t *cl, unsigned g); /* the limbo's, below */
+
 unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned want, bool ticks) {
   if (atomic_load_explicit(&pending, memory_order_relaxed))
     purge_pending();
@@ -315,7 +318,7 @@ unsigned qm__central_take(unsigned c, unsigned group, uintptr_t *out, unsigned w
   qm_rand_thread_ready(); /* pop_group draws where to start */
   qm_lock(&cl->lock);
   if (QM_UNLIKELY(ticks && cl->limbo))
-    qm__limbo_tick_locked(c, cl, own);
+    limbo_tick_locked(c, cl, own);
   n = pop_group(c, cl, own, out, n, want);
   for (unsigned k = 1, g = (own + 1) % QM_GROUPS; k < QM_GROUPS && n < want;
        k++, g = (g + 1) % QM_GROUPS)
@@ -432,7 +435,7 @@ void qm__central_give(unsigned c, unsigned group, const uintptr_t *in, unsigned 
   qm_lock(&cl->lock);
   unsigned others = qm_groups_used(cl) & ~(1u << g);
   for (unsigned i = 0; i < n; i++)
-    qm__central_put_locked(c, cl, g, others, in[i]);
+    central_put_locked(c, cl, g, others, in[i]);
   /* a scan costs O(carved slots / 64) at most: run one only when a quarter
    * of the free set is new since the last, so its cost per freed chunk stays
    * bounded; too soon after the last one, leave it pending for the next slow
@@ -549,18 +552,18 @@ static void limbo_left(unsigned c, central_t *cl, uint32_t n) {
 
 /* The oldest chunk of class c's limbo into group g's set (lock held). */
 static void limbo_release_oldest(unsigned c, central_t *cl, unsigned g, unsigned others) {
-  qm__central_put_locked(c, cl, g, others, cl->limbo[qm_age_pop(&cl->lq, qm_limbo_cap(c))].item);
+  central_put_locked(c, cl, g, others, cl->limbo[qm_age_pop(&cl->lq, qm_limbo_cap(c))].item);
   limbo_left(c, cl, 1);
 }
 
 /* A malloc of a thread without a cache, about to take its chunk: the
  * limbo's clock ticks, and its chunks that have waited out free_delay join
  * group g's set. Called with the class lock held. */
-void qm__limbo_tick_locked(unsigned c, central_t *cl, unsigned g) {
+static void limbo_tick_locked(unsigned c, central_t *cl, unsigned g) {
   uint32_t now = ++cl->clock, cap = qm_limbo_cap(c), n = cl->lq.n;
   unsigned others = qm_groups_used(cl) & ~(1u << g);
   while (qm_age_due(&cl->lq, cl->limbo, now, (uint32_t)qm__opt.free_delay))
-    qm__central_put_locked(c, cl, g, others, cl->limbo[qm_age_pop(&cl->lq, cap)].item);
+    central_put_locked(c, cl, g, others, cl->limbo[qm_age_pop(&cl->lq, cap)].item);
   limbo_left(c, cl, n - cl->lq.n);
 }
 
@@ -605,7 +608,7 @@ void qm__central_hold(unsigned c, unsigned group, uintptr_t s, uint32_t age) {
     over++;
   }
   if (atomic_load_explicit(&limbo_bytes, memory_order_relaxed) + size > budget) {
-    qm__central_put_locked(c, cl, g, others, s);
+    central_put_locked(c, cl, g, others, s);
     over++;
   } else {
     cl->limbo[qm_age_push(&cl->lq, cap)] = (qm_aged_t){s, cl->clock - age};

@@ -112,13 +112,5 @@ static inline unsigned qm_groups_used(const central_t *cl) {
 /* Makes [0, upto) of region c RW, but for its guard pages; false if the
  * kernel refused (primary.c). Called with the class lock held. */
 bool qm__primary_commit(unsigned c, size_t upto);
-/* Puts the chunk of slot s into group g's set; others: the other groups
- * in use, whose bits a chunk given back twice may sit in. Called with the
- * class lock held (primary_central.c). */
-void qm__central_put_locked(unsigned c, central_t *cl, unsigned g, unsigned others, uintptr_t s);
-/* A malloc of a thread without a cache, about to take its chunk: the
- * limbo's clock ticks, and its chunks that have waited out free_delay join
- * group g's set. Called with the class lock held. */
-void qm__limbo_tick_locked(unsigned c, central_t *cl, unsigned g);
 
 #endif
