@@ -179,6 +179,12 @@ void qm__unwind_init(void) {
  * priority run before it, and so would abort). Allocations made earlier
  * keep no stack ("no stack recorded"). */
 __attribute__((constructor)) static void unwind_constructor(void) {
+  /* Opaque to the compiler: clang 19 evaluated this constructor at compile
+   * time (LLVM's global optimizer assumes constructors run before any other
+   * code) and folded it away as ctors_ran = 1 from the start, so a static
+   * program's first malloc, in libc's start-up, ran the unwinder and
+   * libgcc aborted. The evaluator gives up at inline assembly. */
+  __asm__ volatile("" ::: "memory");
   __atomic_store_n(&ctors_ran, 1, __ATOMIC_RELEASE);
   if (__atomic_load_n(&init_ran, __ATOMIC_ACQUIRE) &&
       !__atomic_load_n(&unwind_ok, __ATOMIC_ACQUIRE))
