@@ -42,6 +42,7 @@ typedef struct central {
   size_t lcom[LEVELS];        /* bytes of each level committed */
   size_t nfree_of[QM_GROUPS]; /* chunks in each group's set */
   size_t top[QM_GROUPS];      /* each group's lowest level-2 word that may be non-zero */
+  size_t end[QM_GROUPS];      /* one past each group's highest that ever was */
   size_t carved;              /* bytes carved from the region start */
   size_t dead;                /* of them, in dead slots (over a guard page) */
   size_t given_since_purge;
