@@ -469,9 +469,8 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
    * syscalls, and qemu-user 7.2 fills a page table of its own for every
    * page reserved (24 GiB for 32 TiB: the OOM killer ends it) */
   size_t span = (cap << qm__page_shift) + align + 2 * qm__page;
-  bool could = true;
-  if (need >= QM_ASK_FIRST >> qm__page_shift)
-    could = qm_os_could_map(span, need << qm__page_shift, qm__q_mapped_bytes());
+  bool asked = need >= QM_ASK_FIRST >> qm__page_shift;
+  bool could = !asked || qm_os_could_map(span, need << qm__page_shift, qm__q_mapped_bytes());
   qm_range_t r;
   int err = could ? qm__range_map(LF.strategy, cap << qm__page_shift, align, need << qm__page_shift,
                                   thp_advice(cap), &r)
@@ -484,7 +483,7 @@ static void *fresh(size_t size, unsigned ashift, size_t need, size_t lead, size_
    * counted and warned of. Under hardening=max the request fails instead. */
   int rounds = qm__opt.hardening == QM_HARDENING_MAX ? 1 : 2;
   if (err == ENOMEM &&
-      (!could || !qm_os_could_map(span, need << qm__page_shift, qm__q_mapped_bytes())))
+      (asked ? !could : !qm_os_could_map(span, need << qm__page_shift, qm__q_mapped_bytes())))
     rounds = 0;
   for (int round = 0; err == ENOMEM && round < rounds; round++)
     if (qm__sec_unmap_all(round == 1))

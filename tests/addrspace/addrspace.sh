@@ -12,10 +12,9 @@ set -u
 # Under qemu-user VmSize and RLIMIT_AS are the emulator's process's: its
 # own mappings, and the guest's space it reserves; it ignores a guest's
 # setrlimit(RLIMIT_AS)
-if [ -n "${QMT_EMULATED:-}" ]; then
-  echo "SKIP under qemu-user: VmSize and RLIMIT_AS are the emulator's, not the program's"
-  exit 77
-fi
+# shellcheck source=../preload/preloaded.sh
+. "$(dirname "$0")/../preload/preloaded.sh"
+skip_emulated "VmSize and RLIMIT_AS are the emulator's, not the program's"
 mode=$1
 shift
 run() { # PROGRAM LIB ARGS...

@@ -12,7 +12,9 @@ skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # under qemu-user the emulator is what is exec'd: its set-user-ID bit, not
 # the program's, would set AT_SECURE, and qemu hands the guest its own
-[ -z "${QMT_EMULATED:-}" ] || skip "under qemu-user: AT_SECURE is the emulator's, not the program's"
+# shellcheck source=../preload/preloaded.sh
+. "$(dirname "$0")/../preload/preloaded.sh"
+skip_emulated "AT_SECURE is the emulator's, not the program's"
 [ "$(id -u)" -eq 0 ] || skip "needs root to make a set-user-ID copy owned by nobody"
 id nobody >/dev/null 2>&1 || skip "no user nobody"
 dir=$(mktemp -d)

@@ -13,6 +13,8 @@
 # SKIP_EMULATED=REASON skips the test under qemu-user (QMT_EMULATED), saying
 # why it means nothing there.
 set -uo pipefail
+# shellcheck source=preloaded.sh
+. "$(dirname "$0")/preloaded.sh"
 lib=$1 want=$2 regex=$3
 shift 3
 envs=()
@@ -21,8 +23,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     REPORT_KIND=*) kind=${1#REPORT_KIND=} ;;
     REPORT_FRAME=*) frame=${1#REPORT_FRAME=} ;;
-    SKIP_EMULATED=*)
-      [ -z "${QMT_EMULATED:-}" ] || { echo "SKIP under qemu-user: ${1#SKIP_EMULATED=}"; exit 77; } ;;
+    SKIP_EMULATED=*) skip_emulated "${1#SKIP_EMULATED=}" ;;
     *) envs+=("$1") ;;
   esac
   shift
@@ -30,8 +31,6 @@ done
 shift
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
-# shellcheck source=preloaded.sh
-. "$(dirname "$0")/preloaded.sh"
 preload_prefix "$lib"
 env "${envs[@]}" "${PRE[@]}" "$@" 2>"$err" >/dev/null
 rc=$?

@@ -1,4 +1,4 @@
-# preloaded.sh, sourced by the suite's scripts: how to run a target program
+# preloaded.sh, sourced by the tests' scripts: how to run a target program
 # with the library preloaded, natively or under qemu-user (QMT_EMULATED, set
 # by tests/meson.build for a cross build), where the program runs through
 # the cross file's wrapper (MESON_EXE_WRAPPER) and LD_PRELOAD must reach the
@@ -21,4 +21,10 @@ preload_prefix() {
 # the program's
 drop_emulator_lines() {
   [ -z "${QMT_EMULATED:-}" ] || sed -i '/^qemu: uncaught target signal /d' "$1"
+}
+
+# skip_emulated REASON: under qemu-user, says why the test means nothing
+# there and exits 77 (meson's skip)
+skip_emulated() {
+  [ -z "${QMT_EMULATED:-}" ] || { echo "SKIP under qemu-user: $*"; exit 77; }
 }
