@@ -40,7 +40,7 @@ static void *small_alloc_plain(size_t n, size_t align) {
   size_t req = over ? aligned_req(n, align) : n;
   for (unsigned c = qm_class_of(req); c < QM_NCLASS; c++) {
     qm_bin_t *b = &qm__bin[c];
-    uintptr_t s = b->count ? b->slot[--b->count] : qm__small_take_slow(c);
+    uintptr_t s = b->count ? qm__bin_slot[c][--b->count] : qm__small_take_slow(c);
     if (s)
       return qm__small_hand_out(s, c, n, align);
     if (over)
@@ -115,7 +115,7 @@ QM_EXPORT void *qm_malloc(size_t n) {
     uintptr_t was = qm__freeing;
     qm_freeing_set(QM_BUSY);
     if (QM_LIKELY(b->count)) {
-      uintptr_t s = b->slot[--b->count], ch = qm_slot_chunk(s);
+      uintptr_t s = qm__bin_slot[c][--b->count], ch = qm_slot_chunk(s);
       /* an entry of the cache must be in its class region: checked from
        * the address alone. Entries were checked in full when they entered
        * the cache (at free, or by the central list's arm), the cache's
@@ -191,8 +191,8 @@ QM_EXPORT void qm_free(void *p) {
         uintptr_t at = a + qm_e_size(w);
         __builtin_prefetch((void *)at);
         uint64_t k = qm__pend_i++;
-        qm__pend[k % QM_PEND_N] =
-            (qm_pend_t){qm_slot_make(a, qm_e_gen(fw)), at | (uintptr_t)c << QM_ADDR_BITS};
+        qm__pend_slot[k % QM_PEND_N] = qm_slot_make(a, qm_e_gen(fw));
+        qm__pend_at[k % QM_PEND_N] = at | (uintptr_t)c << QM_ADDR_BITS;
         /* free's caller: an overflow the batch finds is reported as freed
          * there, where the program last held the chunk */
         qm__pend_by[k % QM_PEND_N] = (uintptr_t)__builtin_return_address(0);

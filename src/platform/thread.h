@@ -16,31 +16,36 @@
  * block holds a bin for each, and one for the zero-size region. */
 #define QM_NCLASS 52
 
+/* A bin: its count and capacity here, its slot array (chunk addresses,
+ * slot[count-1] the next handed out) in qm__bin_slot, both indexed by
+ * class. Apart, each is one scaled TLS access on malloc's path, where a
+ * 16-byte element's address took four instructions to form. */
 typedef struct qm_bin {
   uint32_t count, max;
-  uintptr_t *slot; /* chunk addresses, slot[count-1] is the next handed out */
 } qm_bin_t;
 
-/* Frees parked for their canary check (smallstate.h says how). */
+/* Frees parked for their canary check (smallstate.h says how): entry i
+ * of the ring is pend_slot[i] (chunk | generation << 48), pend_at[i]
+ * (where its canary is | its class << 48: the batch reads the class
+ * instead of working it out) and pend_by[i]. Three arrays of words, not
+ * one of pairs: free stores each through one scaled TLS address, where a
+ * 16-byte element's address took four instructions to form. */
 #define QM_PEND_HALF 16u
 #define QM_PEND_N (2 * QM_PEND_HALF)
-typedef struct qm_pend {
-  uintptr_t slot; /* chunk | generation << 48 */
-  uintptr_t at;   /* where its canary is | its class << 48: the batch
-                   * reads the class instead of working it out */
-} qm_pend_t;
-#define QM_PEND_AT(e) ((e)->at & QM_ADDR_MASK)
-#define QM_PEND_CLASS(e) ((unsigned)((e)->at >> QM_ADDR_BITS))
+#define QM_PEND_AT(at) ((at)&QM_ADDR_MASK)
+#define QM_PEND_CLASS(at) ((unsigned)((at) >> QM_ADDR_BITS))
 
 typedef struct qm_thread {
-  uintptr_t freeing;            /* smallstate.h: qm__freeing */
-  uint64_t me;                  /* smallstate.h: qm__me */
-  uint64_t rng;                 /* random.h: qm__rng */
-  uint32_t sample_left;         /* guarded.h: qm__sample_left */
-  uint64_t pend_i;              /* smallstate.h: qm__pend_i (never wraps) */
-  qm_pend_t pend[QM_PEND_N];    /* smallstate.h: qm__pend */
-  qm_bin_t bin[QM_NCLASS + 1];  /* cache.h: qm__bin */
-  uintptr_t pend_by[QM_PEND_N]; /* smallstate.h: qm__pend_by */
+  uintptr_t freeing;                  /* smallstate.h: qm__freeing */
+  uint64_t me;                        /* smallstate.h: qm__me */
+  uint64_t rng;                       /* random.h: qm__rng */
+  uint32_t sample_left;               /* guarded.h: qm__sample_left */
+  uint64_t pend_i;                    /* smallstate.h: qm__pend_i (never wraps) */
+  uintptr_t pend_slot[QM_PEND_N];     /* smallstate.h: qm__pend_slot */
+  uintptr_t pend_at[QM_PEND_N];       /* smallstate.h: qm__pend_at */
+  qm_bin_t bin[QM_NCLASS + 1];        /* cache.h: qm__bin */
+  uintptr_t *bin_slot[QM_NCLASS + 1]; /* cache.h: qm__bin_slot */
+  uintptr_t pend_by[QM_PEND_N];       /* smallstate.h: qm__pend_by */
 } qm_thread_t;
 
 extern __thread qm_thread_t qm__t __attribute__((tls_model("initial-exec")));
@@ -50,8 +55,10 @@ extern __thread qm_thread_t qm__t __attribute__((tls_model("initial-exec")));
 #define qm__rng (qm__t.rng)
 #define qm__sample_left (qm__t.sample_left)
 #define qm__pend_i (qm__t.pend_i)
-#define qm__pend (qm__t.pend)
+#define qm__pend_slot (qm__t.pend_slot)
+#define qm__pend_at (qm__t.pend_at)
 #define qm__pend_by (qm__t.pend_by)
 #define qm__bin (qm__t.bin)
+#define qm__bin_slot (qm__t.bin_slot)
 
 #endif

@@ -50,17 +50,17 @@ static uint32_t *count_of(unsigned c) {
  * to the central list if it is full: at a random place, or in checked mode
  * on top (there the take draws its slot at random instead). */
 static void bin_put(unsigned c, uintptr_t chunk) {
-  qm_bin_t *b = &qm__bin[c];
+  uintptr_t *slot = qm__bin_slot[c];
   uint32_t *n = count_of(c), max = qm__class[c].cache_max;
   if (*n == max) {
     unsigned half = max / 2;
-    qm__central_give(c, group, b->slot + *n - half, half);
+    qm__central_give(c, group, slot + *n - half, half);
     *n -= half;
   }
   if (qm__cache_checked)
-    b->slot[(*n)++] = chunk;
+    slot[(*n)++] = chunk;
   else
-    *n = qm_bin_insert(b->slot, *n, chunk);
+    *n = qm_bin_insert(slot, *n, chunk);
 }
 
 /* Checked mode's take (qm_checked_draw) on the slow path. */
@@ -172,21 +172,21 @@ uintptr_t qm__cache_take_slow(unsigned c) {
     ring_tick(c);
     adopt(c);
   }
-  qm_bin_t *b = &qm__bin[c];
+  uintptr_t *slot = qm__bin_slot[c];
   uint32_t *n = count_of(c), half = (qm__class[c].cache_max + 1) / 2;
   if (!*n)
-    *n = qm__central_take(c, group, b->slot, half, false);
+    *n = qm__central_take(c, group, slot, half, false);
   else if (!qm__cache_checked && *n < half / 2)
     /* the drain left the bin low: the rest of the class's chunks wait in
-     * the parked frees (qm__pend), and a bin topped up only by them ran dry
+     * the parked frees (qm__pend_slot), and a bin topped up only by them ran dry
      * again within a few mallocs, each time rescanning the ring (python3
      * with PYTHONMALLOC=malloc, 200,000 rounds: 55,000 misses of its
      * 48-byte bin, 54,000 of them refilled by the drain alone). Filled to
      * half, as from empty. */
-    *n += qm__central_take(c, group, b->slot + *n, half - *n, false);
+    *n += qm__central_take(c, group, slot + *n, half - *n, false);
   if (!*n)
     return 0;
-  return qm__cache_checked ? take_checked(c) : b->slot[--*n];
+  return qm__cache_checked ? take_checked(c) : slot[--*n];
 }
 
 void qm__cache_put_full(unsigned c, uintptr_t chunk) { bin_put(c, chunk); }
@@ -222,7 +222,7 @@ void qm__cache_attach(uintptr_t *s, qm_aged_t *r) {
     qm__cc[c] = (qm_checked_t){.slot = qm__cache_checked ? s : NULL,
                                .ring = rings + (size_t)c * 2 * qm__opt.free_delay,
                                .cap = qm__opt.free_delay ? ring_cap_calc(c) : 0};
-    qm__bin[c].slot = s;
+    qm__bin_slot[c] = s;
     qm__bin[c].max = qm__cache_checked ? 0 : qm__class[c].cache_max;
     s += qm__class[c].cache_max;
   }
@@ -238,7 +238,7 @@ void qm__cache_flush_bins(void) {
   for (unsigned c = 0; state == TC_LIVE && c < QM_NCLASS; c++) {
     uint32_t *n = count_of(c);
     if (*n)
-      qm__central_give(c, group, qm__bin[c].slot, *n);
+      qm__central_give(c, group, qm__bin_slot[c], *n);
     *n = 0;
   }
 }
@@ -257,7 +257,7 @@ void qm__cache_reshuffle(qm_regen_fn regen) {
   if (state != TC_LIVE)
     return;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
-    uintptr_t *slot = qm__bin[c].slot;
+    uintptr_t *slot = qm__bin_slot[c];
     uint32_t n = *count_of(c);
     for (uint32_t i = n; i > 1; i--) {
       uint32_t j = qm_rand_below(i);

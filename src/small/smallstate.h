@@ -79,15 +79,15 @@ QM_INLINE void qm_busy_leave(uintptr_t was) {
  * checked are its last pend_i % QM_PEND_HALF + QM_PEND_HALF (all of them
  * below QM_PEND_N), and the batch of the half not just filled has nothing
  * to do until QM_PEND_N frees were parked. */
-/* the ring, qm__pend[QM_PEND_N] and its count qm__pend_i, are in thread.h;
- * so is qm__pend_by[QM_PEND_N], the return address of each parked free */
+/* the ring, qm__pend_slot, qm__pend_at and qm__pend_by (the return
+ * address of each parked free), and its count qm__pend_i, are in thread.h */
 /* Checks and bins the half of the ring the fast path did not just fill;
  * called when the count of parked frees k reaches a multiple of
  * QM_PEND_HALF. */
 void qm__small_pend_batch(uint64_t k);
-/* A parked chunk (ring entry e) whose canary changed: reports, naming the
+/* A parked chunk (ring entry i) whose canary changed: reports, naming the
  * free that parked it. */
-_Noreturn void qm__small_pend_error(const qm_pend_t *e) QM_COLD;
+_Noreturn void qm__small_pend_error(unsigned i) QM_COLD;
 /* Checks every parked chunk of this thread and puts it in the bin. */
 void qm__small_pend_flush(void);
 
