@@ -116,6 +116,8 @@ size_t qmt_delay_early(void);
 size_t qmt_delay_over(void);
 size_t qmt_delay_bytes(void);
 size_t qmt_limbo_bytes(void);
+/* Bytes the bins of exited threads' registrations hold, for the next thread. */
+size_t qmt_spare_bytes(void);
 
 /* Forgets the log file (option log_path) and any failure to open it. */
 void qmt_log_forget(void);

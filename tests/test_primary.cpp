@@ -811,6 +811,106 @@ TEST(Primary, ThreadExitHandsItsCacheBack) {
   EXPECT_LE(after.small_in_use, before.small_in_use + 4096);
 }
 
+// An exiting thread's bins stay with its registration (up to a bound). A
+// successor that inherits its id (its first act frees a chunk the exited
+// thread allocated) takes them as they are: no chunk is checked into the
+// central lists at the exit and out again at the successor's first
+// mallocs. Any other thread that takes the registration gives them to the
+// central lists first (layout-handoff measures what that keeps).
+// malloc_trim gives back what is kept.
+TEST(Primary, ASuccessorTakesTheExitedThreadsBinsWithItsId) {
+  if (!qmt_option("thread_cache"))
+    GTEST_SKIP() << "thread_cache=0: no bins";
+  if (qmt_option("free_delay") || qmt_option("guard_all"))
+    GTEST_SKIP() << "free_delay or guard_all: its frees wait in rings, or are guarded slots";
+  const size_t size = 200, n = 40; // fewer than the class's bin holds
+  for (int inherit = 1; inherit >= 0; inherit--) {
+    qm_malloc_trim(0); // what earlier threads left
+    ASSERT_EQ(qmt_spare_bytes(), 0u);
+    std::set<void *> freed;
+    void *handed = nullptr;
+    std::thread a([&] {
+      handed = qm_malloc(size); // live at a's exit, freed by b
+      std::vector<void *> v(n);
+      for (void *&p : v)
+        if (!qmt_is_guarded(p = qm_malloc(size))) // a sampled one is no bin's
+          freed.insert(p);
+      for (void *p : v)
+        qm_free(p);
+    });
+    a.join();
+    size_t kept = qmt_spare_bytes();
+    EXPECT_GE(kept, freed.size() * size);
+    size_t got = 0, left = 0, binned = 0, central = 0;
+    std::thread b([&] {
+      void *first = nullptr;
+      if (inherit)
+        qm_free(handed); // b's first act: it inherits a's id
+      else
+        first = qm_malloc(4 * size); // another class: b's cache, a's registration
+      binned = qmt_bin_count(qmt_class_of(size));
+      central = qmt_group_free(size, qmt_thread_group());
+      left = qmt_spare_bytes();
+      std::vector<void *> v(2 * n); // past what a's bin held
+      for (void *&p : v)
+        got += freed.count(p = qm_malloc(size));
+      for (void *p : v)
+        qm_free(p);
+      if (!inherit)
+        qm_free(handed);
+      qm_free(first);
+    });
+    b.join();
+    EXPECT_EQ(left, 0u) << "b took a's registration and what it held";
+    if (inherit) {
+      EXPECT_GE(binned, freed.size()) << "a's bin is b's";
+      EXPECT_EQ(got, freed.size()) << "b's first mallocs drew every chunk a freed from it";
+    } else {
+      EXPECT_EQ(binned, 0u) << "b never draws from the bins of a thread it does not succeed";
+      EXPECT_GE(central, freed.size()) << "a's bins went to the central lists";
+    }
+    EXPECT_GT(qmt_spare_bytes(), 0u) << "b's exit kept its own";
+  }
+  qm_malloc_trim(0);
+  EXPECT_EQ(qmt_spare_bytes(), 0u);
+}
+
+// What exited threads keep is bounded: many threads that exit together
+// with full bins strand at most 4 MiB; the rest give theirs back at exit.
+TEST(Primary, WhatExitedThreadsKeepIsBounded) {
+  if (!qmt_option("thread_cache"))
+    GTEST_SKIP() << "thread_cache=0: no bins";
+  qm_malloc_trim(0);
+  std::vector<std::thread> t;
+  std::atomic<int> ready{0}, go{0};
+  const int threads = 12;
+  for (int i = 0; i < threads; i++)
+    t.emplace_back([&] {
+      // about 1 MiB in each bin's worth of every size up to 1 KiB
+      std::vector<void *> v;
+      for (size_t size = 16; size <= 1024; size += 16)
+        for (int k = 0; k < 64; k++)
+          v.push_back(qm_malloc(size));
+      for (void *p : v)
+        qm_free(p);
+      ready++;
+      while (!go)
+        std::this_thread::yield();
+    });
+  while (ready != threads)
+    std::this_thread::yield();
+  go = 1;
+  for (std::thread &x : t)
+    x.join();
+  size_t kept = qmt_spare_bytes();
+  if (!qmt_option("free_delay")) { // else the frees wait in the limbo
+    EXPECT_GT(kept, 0u);
+  }
+  EXPECT_LE(kept, (size_t)4 << 20);
+  qm_malloc_trim(0);
+  EXPECT_EQ(qmt_spare_bytes(), 0u);
+}
+
 // n small chunks of `size` bytes, each written whole so its pages are resident.
 std::vector<void *> written_chunks(size_t n, size_t size) {
   std::vector<void *> v(n);
@@ -855,7 +955,9 @@ size_t metadata_resident() {
 // The central free lists keep a bit per chunk, not an address: a program
 // that frees its many small objects at once (python3 at exit) gains no
 // memory for the lists that hold them. With 8-byte addresses in batches,
-// the 256 Ki chunks below took 2 MiB more.
+// the 256 Ki chunks below took 2 MiB more. Own process (unit-free-lists):
+// the other groups' words a give reads count as resident once those groups
+// hold chunks of the class.
 TEST(Primary, FreeListsTakeABitAChunk) {
   if (qmt_option("guard_all"))
     GTEST_SKIP() << "guard_all=1: every chunk in a guarded slot";

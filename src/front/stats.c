@@ -70,6 +70,7 @@ QM_EXPORT int qm_malloc_trim(size_t pad) {
   (void)pad;
   qm__init();
   qm__life_flush_self();
+  qm__life_release_spares();
   size_t released = qm__primary_purge_all();
   released += qm__large_trim();
   return released != 0;

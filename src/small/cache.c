@@ -243,6 +243,39 @@ void qm__cache_flush_bins(void) {
   }
 }
 
+size_t qm__cache_bin_bytes(void) {
+  size_t bytes = 0;
+  for (unsigned c = 0; state == TC_LIVE && c < QM_NCLASS; c++)
+    bytes += (size_t)*count_of(c) * qm__class[c].size;
+  return bytes;
+}
+
+void qm__cache_save_bins(uint32_t held[QM_NCLASS]) {
+  for (unsigned c = 0; c < QM_NCLASS; c++) {
+    uint32_t *n = count_of(c);
+    held[c] = state == TC_LIVE ? *n : 0;
+    *n = 0;
+  }
+}
+
+void qm__cache_restore_bins(uint32_t held[QM_NCLASS]) {
+  for (unsigned c = 0; c < QM_NCLASS; c++) {
+    *count_of(c) = held[c];
+    /* checked mode's next take draws at random, not slot 0 */
+    qm__cc[c].next = held[c] ? qm_rand_below(held[c]) : 0;
+    held[c] = 0;
+  }
+}
+
+void qm__cache_give_saved(uintptr_t *s, uint32_t held[QM_NCLASS], unsigned g) {
+  for (unsigned c = 0; c < QM_NCLASS; c++) {
+    if (held[c])
+      qm__central_give(c, g, s, held[c]);
+    held[c] = 0;
+    s += qm__class[c].cache_max;
+  }
+}
+
 void qm__cache_detach(void) {
   for (unsigned c = 0; c < QM_NCLASS; c++) {
     qm__bin[c].max = 0;    /* every later call takes the slow path */

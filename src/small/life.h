@@ -14,9 +14,16 @@
 bool qm__life_cache_create(unsigned want);
 /* Empties the calling thread's cache into the central lists. */
 void qm__life_flush_self(void);
+/* The chunks exited threads' registrations kept, given to the central
+ * lists (malloc_trim). */
+void qm__life_release_spares(void);
 /* Sum of chunks held by all thread caches, in bytes (racy: for stats). */
 size_t qm__life_held_bytes(void);
 size_t qm__life_threads(void);
+#ifdef QM_TEST_HOOKS
+/* Test hook: the bytes the spares' bins hold. */
+size_t qm__life_spare_bytes(void);
+#endif
 
 void qm__life_init(void); /* the thread-exit key; after the primary */
 void qm__life_fork_prepare(void);
