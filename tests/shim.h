@@ -118,6 +118,9 @@ size_t qmt_delay_bytes(void);
 size_t qmt_limbo_bytes(void);
 /* Bytes the bins of exited threads' registrations hold, for the next thread. */
 size_t qmt_spare_bytes(void);
+/* Runs hook in the making of the next threads' caches (NULL: none), where
+ * a signal handler's call may land. */
+void qmt_set_making_hook(void (*hook)(void));
 
 /* Forgets the log file (option log_path) and any failure to open it. */
 void qmt_log_forget(void);

@@ -821,8 +821,8 @@ TEST(Primary, ThreadExitHandsItsCacheBack) {
 TEST(Primary, ASuccessorTakesTheExitedThreadsBinsWithItsId) {
   if (!qmt_option("thread_cache"))
     GTEST_SKIP() << "thread_cache=0: no bins";
-  if (qmt_option("free_delay") || qmt_option("guard_all"))
-    GTEST_SKIP() << "free_delay or guard_all: its frees wait in rings, or are guarded slots";
+  if (qmt_option("free_delay") || qmt_option("guard_all") || qmt_option("zero_on_free"))
+    GTEST_SKIP() << "checked mode (no thread inherits an id there), free_delay or guard_all";
   const size_t size = 200, n = 40; // fewer than the class's bin holds
   for (int inherit = 1; inherit >= 0; inherit--) {
     qm_malloc_trim(0); // what earlier threads left
@@ -873,6 +873,60 @@ TEST(Primary, ASuccessorTakesTheExitedThreadsBinsWithItsId) {
   }
   qm_malloc_trim(0);
   EXPECT_EQ(qmt_spare_bytes(), 0u);
+}
+
+// A signal handler's malloc that lands in the making of a thread's cache
+// takes the central lists: made a second time, nested, the cache took a
+// second registration, and the outer making then set its bins' counts over
+// the nested one's slot arrays (the same chunks in a bin and in a central
+// set: two mallocs returned one chunk). The hook runs where the handler
+// would, after the bins are placed and before they are live.
+static std::vector<void *> making_got;
+static void making_mallocs() {
+  qmt_set_making_hook(nullptr); // once
+  for (int i = 0; i < 64; i++)
+    making_got.push_back(qm_malloc(200));
+}
+TEST(Primary, AMallocInTheMakingOfACacheTakesTheCentralLists) {
+  if (!qmt_option("thread_cache"))
+    GTEST_SKIP() << "thread_cache=0: no caches to make";
+  const size_t size = 200, n = 40;
+  for (int inherit = 1; inherit >= 0; inherit--) {
+    // exited threads' registrations keeping chunks of the class
+    void *handed = nullptr;
+    for (int t = 0; t < 2; t++)
+      std::thread([&] {
+        handed = qm_malloc(size);
+        std::vector<void *> v(n);
+        for (void *&p : v)
+          p = qm_malloc(size);
+        for (void *p : v)
+          qm_free(p);
+      }).join();
+    making_got.clear();
+    making_got.reserve(64);
+    std::vector<void *> got(4 * n);
+    qmt_set_making_hook(making_mallocs);
+    std::thread([&] {
+      // inherit: its successor, made in this free (in checked mode, which
+      // inherits no id, at the first malloc); else any new thread
+      if (inherit)
+        qm_free(handed);
+      for (void *&p : got)
+        p = qm_malloc(size);
+    }).join();
+    qmt_set_making_hook(nullptr);
+    ASSERT_EQ(making_got.size(), 64u);
+    std::set<void *> all(making_got.begin(), making_got.end());
+    for (void *p : got)
+      EXPECT_TRUE(all.insert(p).second) << p << " handed out twice";
+    EXPECT_EQ(all.size(), making_got.size() + got.size());
+    for (void *p : all)
+      qm_free(p);
+    if (!inherit)
+      qm_free(handed);
+    qm_malloc_trim(0); // a chunk in two places: "given back twice"
+  }
 }
 
 // What exited threads keep is bounded: many threads that exit together

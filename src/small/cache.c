@@ -2,7 +2,8 @@
  * slot arrays the thread life cycle gives it, life.c) and checked mode's
  * delayed-free rings, between the thread and the central lists. Only the
  * owning thread touches them. A thread without a cache (EMPTY: made on its
- * first need, through qm__small_up; DEAD: its thread is exiting) works on
+ * first need, through qm__small_up; MAKING: being made, when a signal
+ * handler's call lands in the making; DEAD: its thread is exiting) works on
  * the central lists directly, so allocations in late TLS destructors work.
  */
 #include "cache.h"
@@ -10,7 +11,7 @@
 #include "options.h"
 #include "up.h"
 
-enum { TC_EMPTY, TC_LIVE, TC_DEAD };
+enum { TC_EMPTY, TC_MAKING, TC_LIVE, TC_DEAD };
 
 /* Delayed free (free_delay = D > 0, checked mode): a chunk freed by a thread
  * waits in a per-class aging queue (age.h) of that thread, stamped with the
@@ -156,9 +157,17 @@ size_t qm__cache_delay_over_count(void) {
 bool qm__cache_ensure(unsigned want) {
   if (state == TC_LIVE)
     return true;
-  if (state == TC_DEAD || !qm__opt.thread_cache)
+  if (state != TC_EMPTY || !qm__opt.thread_cache)
     return false;
-  return qm__small_up.cache_create(want);
+  /* a handler's malloc or free while the cache is made takes the central
+   * lists: made a second time, nested, the cache took a second
+   * registration and the outer making pointed the bins over the first's
+   * slot arrays with the counts of the second's */
+  state = TC_MAKING;
+  if (qm__small_up.cache_create(want))
+    return true; /* live: qm__cache_go_live */
+  state = TC_EMPTY;
+  return false;
 }
 
 static bool have_cache(void) { return qm__cache_ensure(0); }
@@ -234,28 +243,35 @@ void qm__cache_set_group(unsigned g) { group = g; }
 
 bool qm__cache_live(void) { return state == TC_LIVE; }
 
+/* A bin's count taken and zeroed in one instruction: a signal handler's
+ * malloc pops the bin either before (the count taken is one less) or after
+ * (it finds none), never a chunk this count still counts. */
+static uint32_t take_count(unsigned c) {
+  return __atomic_exchange_n(count_of(c), 0, __ATOMIC_RELAXED);
+}
+
 void qm__cache_flush_bins(void) {
-  for (unsigned c = 0; state == TC_LIVE && c < QM_NCLASS; c++) {
-    uint32_t *n = count_of(c);
-    if (*n)
-      qm__central_give(c, group, qm__bin_slot[c], *n);
-    *n = 0;
+  for (unsigned c = 0; (state == TC_LIVE || state == TC_DEAD) && c < QM_NCLASS; c++) {
+    uint32_t n = take_count(c);
+    if (n)
+      qm__central_give(c, group, qm__bin_slot[c], n);
   }
 }
 
 size_t qm__cache_bin_bytes(void) {
   size_t bytes = 0;
-  for (unsigned c = 0; state == TC_LIVE && c < QM_NCLASS; c++)
+  for (unsigned c = 0; (state == TC_LIVE || state == TC_DEAD) && c < QM_NCLASS; c++)
     bytes += (size_t)*count_of(c) * qm__class[c].size;
   return bytes;
 }
 
-void qm__cache_save_bins(uint32_t held[QM_NCLASS]) {
+size_t qm__cache_save_bins(uint32_t held[QM_NCLASS]) {
+  size_t bytes = 0;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
-    uint32_t *n = count_of(c);
-    held[c] = state == TC_LIVE ? *n : 0;
-    *n = 0;
+    held[c] = state == TC_LIVE || state == TC_DEAD ? take_count(c) : 0;
+    bytes += (size_t)held[c] * qm__class[c].size;
   }
+  return bytes;
 }
 
 void qm__cache_restore_bins(uint32_t held[QM_NCLASS]) {

@@ -61,6 +61,17 @@ static size_t spare_bytes;
 static pthread_key_t exit_key;
 static bool key_ok;
 
+#ifdef QM_TEST_HOOKS
+void (*qm__life_making_hook)(void);
+#define MAKING_HOOK()                                                                              \
+  do {                                                                                             \
+    if (qm__life_making_hook)                                                                      \
+      qm__life_making_hook();                                                                      \
+  } while (0)
+#else
+#define MAKING_HOOK() ((void)0)
+#endif
+
 /* How far down the spare registrations cache_create looks for the id it
  * would rather have. */
 #define ADOPT_SCAN 64
@@ -85,6 +96,11 @@ bool qm__life_cache_create(unsigned want) {
     inherit = want && tc->id == want;
   }
   qm_unlock(&registry_lock);
+  /* not inherited: to the central lists of the exited thread's group
+   * first, while nothing else points at the slot arrays (the cache is
+   * MAKING: a signal handler's malloc takes the central lists) */
+  if (tc && !inherit)
+    qm__cache_give_saved(tc->slots, tc->held, tc->group);
   if (!tc) {
     qm_lock(&registry_lock);
     unsigned id = next_id < QM_MAX_OWNERS ? next_id++ : 0;
@@ -105,6 +121,7 @@ bool qm__life_cache_create(unsigned want) {
     tc->slots = (uintptr_t *)((char *)tc->rings + ring_bytes);
   }
   qm__cache_attach(tc->slots, tc->rings);
+  MAKING_HOOK(); /* where a signal handler's malloc may land */
   tc->bin = qm__bin;
   self = tc;
   qm__state_adopt(tc->id);
@@ -131,9 +148,8 @@ bool qm__life_cache_create(unsigned want) {
   }
   /* a successor goes on in its predecessor's group, whose chunks its bins
    * hold: every table line stays one group's (carve, steal_lines) */
-  unsigned was_group = tc->group;
   if (inherit)
-    best = was_group;
+    best = tc->group;
   tc->group = best;
   qm__cache_set_group(best);
   group_live[best]++;
@@ -145,10 +161,6 @@ bool qm__life_cache_create(unsigned want) {
   registry = tc;
   nthreads++;
   qm_unlock(&registry_lock);
-  /* not inherited: to the central lists, into this thread's group, before
-   * its first refill */
-  if (!inherit)
-    qm__cache_give_saved(tc->slots, tc->held, was_group);
   /* pthread_setspecific allocates only for keys past the first 32 */
   if (key_ok)
     pthread_setspecific(exit_key, tc);
@@ -173,6 +185,9 @@ static void on_thread_exit(void *arg) {
   qm__state_flush_outbox();
   if (qm__opt.free_delay)
     qm__cache_ring_flush();
+  /* dead first: a signal handler's malloc from here on takes the central
+   * lists, and the bins' counts only fall (its pops) */
+  qm__cache_detach();
   /* the bytes reserved first, the chunks given back outside the lock
    * (fork takes the class locks before registry_lock) */
   size_t bytes = qm__cache_bin_bytes();
@@ -182,12 +197,16 @@ static void on_thread_exit(void *arg) {
     spare_bytes += bytes;
   qm_unlock(&registry_lock);
   if (keep) {
-    qm__cache_save_bins(tc->held);
-    tc->held_bytes = bytes;
+    size_t saved = qm__cache_save_bins(tc->held);
+    tc->held_bytes = saved;
+    if (saved != bytes) { /* a handler's malloc took some meanwhile */
+      qm_lock(&registry_lock);
+      spare_bytes -= bytes - saved;
+      qm_unlock(&registry_lock);
+    }
   } else
     qm__cache_flush_bins();
   qm__state_retire(tc->id);
-  qm__cache_detach();
   unsigned group = qm__cache_group();
   qm_lock(&registry_lock);
   if (tc->prev)

@@ -23,6 +23,9 @@ size_t qm__life_threads(void);
 #ifdef QM_TEST_HOOKS
 /* Test hook: the bytes the spares' bins hold. */
 size_t qm__life_spare_bytes(void);
+/* Test hook: called in the making of a thread's cache, as a signal
+ * handler that interrupted it would run. */
+extern void (*qm__life_making_hook)(void);
 #endif
 
 void qm__life_init(void); /* the thread-exit key; after the primary */

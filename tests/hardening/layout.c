@@ -3,7 +3,8 @@
  * is the next one of its size handed out, that fresh chunks sit side by
  * side, that a freed chunk soon comes back, that a heap of one size has
  * no inaccessible page inside it, and that a chunk freed by a thread that
- * exits comes back first to the thread after it. Prints the figure and
+ * exits comes back first to the thread after it (or, to a successor that
+ * takes over its chunks, in the order of a thread's own). Prints the figure and
  * fails past the threshold the project promises; glibc's and jemalloc's
  * layouts fail the first four by far.
  */
@@ -133,20 +134,29 @@ static int guards(size_t n, size_t per_kib) {
 }
 
 /* One trial of handoff: thread A mallocs HAND chunks, frees them (in the
- * order malloc gave them) and exits; then thread B mallocs HAND chunks. */
+ * order malloc gave them) and exits; then thread B mallocs HAND chunks.
+ * With hand_inherit, A first mallocs one more chunk, which it leaves live,
+ * and B's first act frees it: B succeeds A (its owner id, and the chunks
+ * A's cache held), and the chunk watched is A's last freed, not its
+ * lowest. */
 enum { HAND = 512 };
 static size_t hand_n;
-static uintptr_t hand_x; /* A's lowest chunk */
+static int hand_inherit;
+static void *hand_live;  /* A's chunk that B frees first (hand_inherit) */
+static uintptr_t hand_x; /* A's lowest chunk, or its last freed */
 static int hand_at;      /* where it came back among B's mallocs, or HAND */
 static void *hand_a(void *arg) {
   (void)arg;
   void *c[HAND];
+  hand_live = hand_inherit ? malloc(hand_n) : NULL;
   hand_x = UINTPTR_MAX;
   for (int i = 0; i < HAND; i++) {
     c[i] = malloc(hand_n);
     if ((uintptr_t)c[i] < hand_x)
       hand_x = (uintptr_t)c[i];
   }
+  if (hand_inherit)
+    hand_x = (uintptr_t)c[HAND - 1];
   for (int i = 0; i < HAND; i++)
     free(c[i]);
   return NULL;
@@ -154,6 +164,7 @@ static void *hand_a(void *arg) {
 static void *hand_b(void *arg) {
   (void)arg;
   void *c[HAND];
+  free(hand_live);
   hand_at = HAND;
   for (int i = 0; i < HAND; i++) {
     c[i] = malloc(hand_n);
@@ -170,10 +181,14 @@ static void *hand_b(void *arg) {
  * `within` of them? An attacker who frees a chunk it can name (the lowest
  * of a fresh batch) must not be able to count on its coming back to the
  * victim's next mallocs. Fails when it does in more than `pct` percent of
- * 200 trials (taken lowest first, it came back 200 of 200). */
-static int handoff(size_t n, int within, int pct) {
+ * 200 trials (taken lowest first, it came back 200 of 200). With inherit,
+ * the next thread succeeds the first, and the first's last freed chunk is
+ * watched: it comes back as a thread's own frees do, at a random place of
+ * its bin, not first (last in, first out: 200 of 200). */
+static int handoff(size_t n, int within, int pct, int inherit) {
   int back = 0, trials = 200;
   hand_n = n;
+  hand_inherit = inherit;
   for (int t = 0; t < trials; t++) {
     pthread_t a, b;
     if (pthread_create(&a, NULL, hand_a, NULL) || pthread_join(a, NULL) ||
@@ -181,9 +196,14 @@ static int handoff(size_t n, int within, int pct) {
       return 2;
     back += hand_at < within;
   }
-  printf("a %zu-byte chunk freed by an exited thread among the next one's first %d mallocs: "
-         "%d of %d trials\n",
-         n, within, back, trials);
+  if (inherit)
+    printf("the last %zu-byte chunk an exited thread freed among its successor's first %d "
+           "mallocs: %d of %d trials\n",
+           n, within, back, trials);
+  else
+    printf("a %zu-byte chunk freed by an exited thread among the next one's first %d mallocs: "
+           "%d of %d trials\n",
+           n, within, back, trials);
   return back * 100 > pct * trials;
 }
 
@@ -198,8 +218,9 @@ int main(int argc, char **argv) {
     return delayed(n, argc > 3 ? atoi(argv[3]) : 256);
   if (!strcmp(m, "guards"))
     return guards(n, argc > 3 ? strtoull(argv[3], NULL, 0) : 1024);
-  if (!strcmp(m, "handoff"))
-    return handoff(n, argc > 3 ? atoi(argv[3]) : 64, argc > 4 ? atoi(argv[4]) : 50);
+  if (!strcmp(m, "handoff") || !strcmp(m, "handoff-inherit"))
+    return handoff(n, argc > 3 ? atoi(argv[3]) : 64, argc > 4 ? atoi(argv[4]) : 50,
+                   !strcmp(m, "handoff-inherit"));
   fprintf(stderr, "layout: unknown measurement '%s'\n", m);
   return 2;
 }
