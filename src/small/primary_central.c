@@ -273,10 +273,22 @@ static unsigned carve(unsigned c, central_t *cl, unsigned g, uintptr_t *out, uns
     k = have >= cl->carved ? (have - cl->carved) / size : 0;
   }
   size_t extra = 0;
-  for (; k; k--, cl->carved += size) {
+  uint64_t r = 0;
+  for (unsigned i = 0; k; k--, cl->carved += size) {
     if (qm_slot_dead(cl->carved, size)) {
       cl->dead += size; /* never handed out: not in use either (stats) */
-    } else if (n < want) {
+      continue;
+    }
+    /* a fresh chunk's first generation is drawn, not 0: two fork children
+     * that carve the same slots after the fork would hand them out with
+     * one canary, and one child's leaked canary would be its sibling's
+     * (2,866 of 2,994 slots in two children had one generation) */
+    if (!(i++ % 4))
+      r = qm_rand();
+    qm_entry_store(qm__class[c].table + cl->carved / size,
+                   (r & 0xffff) << QM_E_GEN_SHIFT | (uint64_t)QM_CHUNK_NONE << QM_E_STATE_SHIFT);
+    r >>= 16;
+    if (n < want) {
       out[n++] = region(c) + cl->carved;
     } else {
       set_put(cl, cl->carved / size, g);
