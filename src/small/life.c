@@ -192,7 +192,9 @@ static void on_thread_exit(void *arg) {
    * (fork takes the class locks before registry_lock) */
   size_t bytes = qm__cache_bin_bytes();
   qm_lock(&registry_lock);
-  bool keep = spare_bytes + bytes <= SPARE_HELD_MAX;
+  /* checked mode: no thread inherits an id (its frees check at once), so
+   * no bin is ever taken over */
+  bool keep = !qm__cache_checked && spare_bytes + bytes <= SPARE_HELD_MAX;
   if (keep)
     spare_bytes += bytes;
   qm_unlock(&registry_lock);
