@@ -243,32 +243,22 @@ void qm__cache_set_group(unsigned g) { group = g; }
 
 bool qm__cache_live(void) { return state == TC_LIVE; }
 
-/* A bin's count taken and zeroed in one instruction: a signal handler's
- * malloc pops the bin either before (the count taken is one less) or after
- * (it finds none), never a chunk this count still counts. */
-static uint32_t take_count(unsigned c) {
-  return __atomic_exchange_n(count_of(c), 0, __ATOMIC_RELAXED);
-}
-
 void qm__cache_flush_bins(void) {
-  for (unsigned c = 0; (state == TC_LIVE || state == TC_DEAD) && c < QM_NCLASS; c++) {
-    uint32_t n = take_count(c);
-    if (n)
-      qm__central_give(c, group, qm__bin_slot[c], n);
+  for (unsigned c = 0; state == TC_LIVE && c < QM_NCLASS; c++) {
+    uint32_t *n = count_of(c);
+    if (*n)
+      qm__central_give(c, group, qm__bin_slot[c], *n);
+    *n = 0;
   }
-}
-
-size_t qm__cache_bin_bytes(void) {
-  size_t bytes = 0;
-  for (unsigned c = 0; (state == TC_LIVE || state == TC_DEAD) && c < QM_NCLASS; c++)
-    bytes += (size_t)*count_of(c) * qm__class[c].size;
-  return bytes;
 }
 
 size_t qm__cache_save_bins(uint32_t held[QM_NCLASS]) {
   size_t bytes = 0;
   for (unsigned c = 0; c < QM_NCLASS; c++) {
-    held[c] = state == TC_LIVE || state == TC_DEAD ? take_count(c) : 0;
+    /* taken and zeroed in one instruction: a signal handler's malloc pops
+     * the bin either before (the count taken is one less) or after (it
+     * finds none), never a chunk this count still counts */
+    held[c] = __atomic_exchange_n(count_of(c), 0, __ATOMIC_RELAXED);
     bytes += (size_t)held[c] * qm__class[c].size;
   }
   return bytes;
@@ -276,9 +266,7 @@ size_t qm__cache_save_bins(uint32_t held[QM_NCLASS]) {
 
 void qm__cache_restore_bins(uint32_t held[QM_NCLASS]) {
   for (unsigned c = 0; c < QM_NCLASS; c++) {
-    *count_of(c) = held[c];
-    /* checked mode's next take draws at random, not slot 0 */
-    qm__cc[c].next = held[c] ? qm_rand_below(held[c]) : 0;
+    qm__bin[c].count = held[c]; /* the default profile's: checked mode keeps none */
     held[c] = 0;
   }
 }

@@ -216,18 +216,17 @@ bool qm__cache_live(void);
 /* Its bins into the central lists; its rings into the limbo (free_delay);
  * the cache gone for good (thread exit: every later call takes the slow
  * path, on the central lists; the bins still count what they hold, for
- * the flush or the save that follows). */
+ * the save that follows at exit). */
 void qm__cache_flush_bins(void);
 /* Bins kept with an exited thread's registration (life.c), for the thread
- * that succeeds it: the bytes this thread's bins hold; their counts into
- * held, returning their bytes (the bins left empty, their chunks where
- * they are in the slot arrays; after qm__cache_detach, so that a signal
- * handler's malloc meanwhile cannot refill them); a new thread's bins over
- * those arrays given the counts back (after qm__cache_attach, leaving held
- * all zero); or the chunks of slot storage s under counts held given to
- * group g's central lists instead (the exited thread's: a table line's
- * chunks stay in one group), leaving held all zero. */
-size_t qm__cache_bin_bytes(void);
+ * that succeeds it: after qm__cache_detach (so that a signal handler's
+ * malloc meanwhile cannot refill them), their counts into held, returning
+ * their bytes (the bins left empty, their chunks where they are in the slot
+ * arrays); a new thread's bins over those arrays given the counts back
+ * (after qm__cache_attach); or the chunks of slot storage s under counts
+ * held given to group g's central lists instead (the exited thread's: a
+ * table line's chunks stay in one group). The last two leave held all
+ * zero. */
 size_t qm__cache_save_bins(uint32_t held[QM_NCLASS]);
 void qm__cache_restore_bins(uint32_t held[QM_NCLASS]);
 void qm__cache_give_saved(uintptr_t *s, uint32_t held[QM_NCLASS], unsigned g);

@@ -126,7 +126,6 @@ bool qm__life_cache_create(unsigned want) {
   self = tc;
   qm__state_adopt(tc->id);
   qm_rand_thread_seed();
-  /* after the seed: checked mode draws */
   if (inherit)
     qm__cache_restore_bins(tc->held);
   qm__cache_go_live(); /* before setspecific, which may itself call malloc */
@@ -188,26 +187,20 @@ static void on_thread_exit(void *arg) {
   /* dead first: a signal handler's malloc from here on takes the central
    * lists, and the bins' counts only fall (its pops) */
   qm__cache_detach();
-  /* the bytes reserved first, the chunks given back outside the lock
-   * (fork takes the class locks before registry_lock) */
-  size_t bytes = qm__cache_bin_bytes();
+  /* kept within the bound, else given back outside the lock (fork takes
+   * the class locks before registry_lock); checked mode keeps nothing: no
+   * thread inherits an id there (its frees check at once), so no bin is
+   * ever taken over */
+  size_t bytes = qm__cache_save_bins(tc->held);
   qm_lock(&registry_lock);
-  /* checked mode: no thread inherits an id (its frees check at once), so
-   * no bin is ever taken over */
   bool keep = !qm__cache_checked && spare_bytes + bytes <= SPARE_HELD_MAX;
   if (keep)
     spare_bytes += bytes;
   qm_unlock(&registry_lock);
-  if (keep) {
-    size_t saved = qm__cache_save_bins(tc->held);
-    tc->held_bytes = saved;
-    if (saved != bytes) { /* a handler's malloc took some meanwhile */
-      qm_lock(&registry_lock);
-      spare_bytes -= bytes - saved;
-      qm_unlock(&registry_lock);
-    }
-  } else
-    qm__cache_flush_bins();
+  if (keep)
+    tc->held_bytes = bytes;
+  else
+    qm__cache_give_saved(tc->slots, tc->held, tc->group);
   qm__state_retire(tc->id);
   unsigned group = qm__cache_group();
   qm_lock(&registry_lock);
