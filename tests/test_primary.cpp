@@ -466,11 +466,10 @@ TEST(Primary, FreesFromOtherThreadsAreCorrect) {
 // A thread that frees what another allocated takes an owner id (and its
 // cache) at that first free, though it never mallocs: it then batches its
 // frees and keeps spare batches of its own instead of taking the shared
-// lock and sending a batch of one per free. The chunk is SENT at once. In
-// checked mode too (max-primary), where the free checks the chunk at once.
+// lock and sending a batch of one per free. The chunk is SENT at once.
 TEST(Primary, AFreeOnlyThreadTakesAnIdAtItsFirstRemoteFree) {
-  if (!qmt_option("thread_cache") || qmt_option("guard_all"))
-    GTEST_SKIP() << "no thread caches, or guarded chunks";
+  if (!qmt_option("thread_cache") || qmt_option("guard_all") || qmt_cache_checked())
+    GTEST_SKIP() << "no thread caches, guarded chunks, or checked mode";
   void *p = qm_malloc(48);
   ASSERT_NE(qmt_owner_id(), 0u);
   unsigned before = 0, after = 0, state = 0;

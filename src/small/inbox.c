@@ -525,11 +525,8 @@ void qm__small_free_general(void *p, uintptr_t off) {
    * its cache and id now, so it batches its frees (else each took
    * msg_lock and went alone), the id of this chunk's owner if that thread
    * has exited (a successor then frees its predecessor's chunks as its
-   * own). In checked mode too, but any id: no thread inherits one there
-   * (its frees check at once). Without an id there, xmalloc-test's
-   * freeing threads sent every free alone, msg_lock and a swap on the
-   * owner's inbox each: a third of its time under hardening=max. */
-  if (owner && owner != me && !me && qm__cache_ensure(qm__cache_checked ? 0 : owner))
+   * own) */
+  if (owner && owner != me && !me && !qm__cache_checked && qm__cache_ensure(owner))
     me = my_id();
   if (owner && owner != me && me && !qm__cache_checked) {
     /* another thread's chunk: SENT at once, its canary checked RPEND_N
