@@ -875,6 +875,44 @@ TEST(Primary, ASuccessorTakesTheExitedThreadsBinsWithItsId) {
   EXPECT_EQ(qmt_spare_bytes(), 0u);
 }
 
+// A signal handler's free that lands in mallinfo2 (qm_stats: the registry
+// and class locks) on a thread with no cache yet: it takes the nested path.
+// Unmarked, the free made the thread's cache and waited for the registry
+// lock the interrupted call held (6 trials of 300 in the default profile).
+static void *stats_victim;
+static std::atomic<bool> stats_freed;
+static void free_victim(int) {
+  qm_free(stats_victim);
+  stats_freed = true;
+}
+TEST(Primary, AHandlersFreeInsideStatsDoesNotWaitForItsLocks) {
+  struct sigaction sa = {}, old = {};
+  sa.sa_handler = free_victim;
+  ASSERT_EQ(sigaction(SIGRTMIN + 3, &sa, &old), 0);
+  for (int i = 0; i < 200; i++) {
+    stats_victim = qm_malloc(40);
+    stats_freed = false;
+    std::atomic<bool> done{false};
+    std::thread t([&] {
+      size_t sink = 0;
+      while (!stats_freed)
+        sink += qm_mallinfo2().arena;
+      done = true;
+      (void)sink;
+    });
+    usleep(200 + i % 7 * 37);
+    pthread_kill(t.native_handle(), SIGRTMIN + 3);
+    for (int ms = 0; ms < 3000 && !done; ms++)
+      usleep(1000);
+    if (!done) {
+      t.detach();
+      FAIL() << "trial " << i << ": the thread in mallinfo2 waits for good";
+    }
+    t.join();
+  }
+  sigaction(SIGRTMIN + 3, &old, nullptr);
+}
+
 // A signal handler's malloc that lands in the making of a thread's cache
 // takes the central lists: made a second time, nested, the cache took a
 // second registration, and the outer making then set its bins' counts over

@@ -25,7 +25,12 @@
 #include "secondary.h"
 #include "smallstate.h"
 
+/* qm_stats and malloc_trim take the registry's and the classes' locks:
+ * marked busy, so that a signal handler's free landing in them takes the
+ * nested path. Unmarked, a handler's free on a thread with no cache yet
+ * made one, and waited on the registry lock the interrupted call held. */
 QM_EXPORT void qm_stats(qm_stats_t *s) {
+  uintptr_t was = qm_busy_enter();
   memset(s, 0, sizeof *s);
   qm__init();
   s->sys_mmap = atomic_load(&qm__os_counts.mmap);
@@ -46,6 +51,7 @@ QM_EXPORT void qm_stats(qm_stats_t *s) {
   s->small_in_use = p.carved > s->small_free ? p.carved - s->small_free : 0;
   s->small_purged = p.purged_bytes;
   s->threads = qm__life_threads();
+  qm_busy_leave(was);
 }
 
 QM_EXPORT struct mallinfo2 qm_mallinfo2(void) {
@@ -68,11 +74,13 @@ QM_EXPORT struct mallinfo2 qm_mallinfo2(void) {
 
 QM_EXPORT int qm_malloc_trim(size_t pad) {
   (void)pad;
+  uintptr_t was = qm_busy_enter();
   qm__init();
   qm__life_flush_self();
   qm__life_release_spares();
   size_t released = qm__primary_purge_all();
   released += qm__large_trim();
+  qm_busy_leave(was);
   return released != 0;
 }
 
