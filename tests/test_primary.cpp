@@ -1326,6 +1326,33 @@ TEST(MaxDelayAcross, ThreadExit) {
   }
 }
 
+// The limbo filled to free_delay_kb by one class (an exited thread's frees
+// of a size nobody mallocs again): another thread's exited free of another
+// class still waits out its delay there, the full class making room. It
+// came back at once before (the limbo let only the freeing class's own go).
+// In its own process (delay-limbo), so that the limbo starts empty.
+TEST(DelayLimbo, OneClassFillingItStillDelaysAnother) {
+  size_t d = qmt_option("free_delay"), budget = qmt_option("free_delay_kb") << 10;
+  if (!d || !qmt_option("thread_cache"))
+    GTEST_SKIP() << "no delay, or no thread caches";
+  size_t big = 16000, size = qmt_class_chunk_size(qmt_class_of(big));
+  ASSERT_EQ(budget % size, 0u) << "the test fills the limbo exactly";
+  std::thread([&] {
+    std::vector<void *> v;
+    for (size_t i = 0; i < 2 * budget / size; i++)
+      v.push_back(unguarded_malloc(big));
+    for (void *p : v)
+      qm_free(p);
+  }).join();
+  ASSERT_EQ(qmt_limbo_bytes(), budget) << "the limbo is full of one class";
+  void *x = nullptr;
+  std::thread([&] {
+    x = unguarded_malloc(48);
+    qm_free(x);
+  }).join();
+  expect_delayed(x, 48, d);
+}
+
 // A chunk whose owner exited, freed by another thread: the free goes to the
 // closed id's path, which gives to the central lists; it waits there too.
 TEST(MaxDelayAcross, FreeOfAnExitedThreadsChunk) {
