@@ -1276,6 +1276,49 @@ TEST(MaxDelay, WhatTheDelayHoldsIsBoundedInBytes) {
   EXPECT_GT(qmt_limbo_bytes(), 0u);
 }
 
+// hardening=max: a thread kept at free_delay_kb by one class (a window of
+// 4 KiB buffers: 5 KiB chunks, 256 of them are 1.25 MiB) still gives
+// every other class its whole delay: 48-byte chunks come back only after
+// free_delay later mallocs of their class. When the freeing class let its
+// own oldest go at the budget, they came back after 65.
+TEST(MaxDelay, AClassThatKeepsTheThreadAtTheBudgetLeavesOthersTheirDelay) {
+  size_t d = qmt_option("free_delay");
+  ASSERT_GE(d, 256u);
+  long shortest = -1, reuses = 0;
+  std::thread([&] {
+    std::vector<void *> big(64, nullptr), small(512, nullptr);
+    std::vector<std::pair<uintptr_t, long>> freed_at; // 48-byte chunk, malloc count at its free
+    long mallocs = 0;
+    for (size_t step = 0; step < 6000; step++) {
+      size_t b = step % big.size(), s = step % small.size();
+      qm_free(big[b]);
+      big[b] = qm_malloc(4096);
+      if (small[s] && !qmt_is_guarded(small[s]))
+        freed_at.emplace_back((uintptr_t)small[s], mallocs);
+      qm_free(small[s]);
+      small[s] = qm_malloc(48);
+      mallocs++;
+      for (size_t i = freed_at.size(); i-- > 0;)
+        if (freed_at[i].first == (uintptr_t)small[s]) {
+          long k = mallocs - freed_at[i].second - 1;
+          shortest = shortest < 0 || k < shortest ? k : shortest;
+          reuses++;
+          freed_at.erase(freed_at.begin() + (long)i);
+          break;
+        }
+      if (freed_at.size() > 4 * d) // never to come back within the window
+        freed_at.erase(freed_at.begin());
+    }
+    for (void *p : big)
+      qm_free(p);
+    for (void *p : small)
+      qm_free(p);
+  }).join();
+  ASSERT_GT(reuses, 1000) << "the churn reused its 48-byte chunks";
+  EXPECT_GE(shortest, (long)d) << "a 48-byte chunk came back " << shortest
+                               << " mallocs after its free";
+}
+
 // hardening=max's delayed reuse wherever a chunk is freed and whenever its
 // thread ends (unit-max, and unit-max-no-thread-cache where no thread has a
 // cache): mallocs of the chunk's class, all kept, until the chunk comes

@@ -27,8 +27,10 @@
 
 /* qm_stats and malloc_trim take the registry's and the classes' locks:
  * marked busy, so that a signal handler's free landing in them takes the
- * nested path. Unmarked, a handler's free on a thread with no cache yet
- * made one, and waited on the registry lock the interrupted call held. */
+ * nested path (applied before they return: a thread that never mallocs
+ * has no refill to apply it at). Unmarked, a handler's free on a thread
+ * with no cache yet made one, and waited on the registry lock the
+ * interrupted call held. */
 QM_EXPORT void qm_stats(qm_stats_t *s) {
   uintptr_t was = qm_busy_enter();
   memset(s, 0, sizeof *s);
@@ -51,6 +53,8 @@ QM_EXPORT void qm_stats(qm_stats_t *s) {
   s->small_in_use = p.carved > s->small_free ? p.carved - s->small_free : 0;
   s->small_purged = p.purged_bytes;
   s->threads = qm__life_threads();
+  if (!was) /* a handler's frees that landed here, deferred */
+    qm__state_apply_nested();
   qm_busy_leave(was);
 }
 
@@ -80,6 +84,8 @@ QM_EXPORT int qm_malloc_trim(size_t pad) {
   qm__life_release_spares();
   size_t released = qm__primary_purge_all();
   released += qm__large_trim();
+  if (!was)
+    qm__state_apply_nested();
   qm_busy_leave(was);
   return released != 0;
 }

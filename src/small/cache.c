@@ -32,6 +32,8 @@ __thread size_t qm__delay_bytes __attribute__((tls_model("initial-exec")));
 static _Atomic size_t delay_early; /* left a full ring early */
 static _Atomic size_t delay_over;  /* left early for free_delay_kb */
 __thread uint32_t qm__delay_over_n __attribute__((tls_model("initial-exec")));
+__thread unsigned qm__delay_big __attribute__((tls_model("initial-exec")));
+static __thread bool delay_over_seen __attribute__((tls_model("initial-exec")));
 
 __thread qm_checked_t qm__cc[QM_NCLASS] __attribute__((tls_model("initial-exec")));
 /* This thread's group of the central lists: 0 until it has a cache, then
@@ -81,7 +83,7 @@ static void ring_push(unsigned c, uintptr_t chunk) {
   qm_checked_t *k = &qm__cc[c];
   if (qm_age_full(&k->q, k->cap))
     qm__cache_ring_full(c);
-  qm_delay_add(c, qm__class[c].size); /* before the push, as qm_cache_give_checked */
+  qm_delay_add(qm__class[c].size); /* before the push, as qm_cache_give_checked */
   k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){chunk, k->clock};
 }
 
@@ -127,21 +129,20 @@ void qm__cache_ring_flush(void) {
   qm__cache_delay_over_publish();
 }
 
-void qm__cache_delay_over(unsigned c) {
+void qm__cache_delay_over(void) {
   size_t budget = (size_t)qm__opt.free_delay_kb << 10, over = 0;
-  /* the freeing class's oldest first, one out for each one in: its bin
-   * takes them at the pace its mallocs take chunks out. The ring holding
-   * the most, drained in bulk down to three quarters of the budget,
-   * overflowed its bin into the central lists and back (small churn under
-   * hardening=max with the budget at 1 MiB: 827 instructions an op, 658
-   * at 2 MiB, which that churn seldom reached) */
-  for (; qm__delay_bytes > budget && qm__cc[c].q.n; over++)
-    ring_pop(c);
-  /* its ring is empty: the rings that hold the most, down to three
-   * quarters of the budget, so the scan of the classes comes once per
-   * quarter of it freed, not at every free past it */
-  size_t target = qm__delay_bytes > budget ? budget - budget / 4 : SIZE_MAX;
-  while (qm__delay_bytes > target) {
+  /* the ring holding the most bytes gives its oldest until the thread is
+   * back under the budget, and is remembered: the frees past the budget
+   * after this one take from it inline, one out for each one in, while it
+   * holds any of at least their size (qm_cache_give_checked). Drained in
+   * bulk down to three quarters of the budget, it overflowed its bin into
+   * the central lists and back (small churn under hardening=max with the
+   * budget at 1 MiB: 827 instructions an op, 658 at 2 MiB, which that
+   * churn seldom reached). Taken from the freeing class instead, a class
+   * that kept the thread at the budget (4 KiB buffers) cut every other
+   * class's delay to its ring's length then: 48-byte chunks back after 65
+   * mallocs, not 256 */
+  while (qm__delay_bytes > budget) {
     unsigned big = 0;
     size_t most = 0;
     for (unsigned k = 0; k < QM_NCLASS; k++) {
@@ -153,7 +154,8 @@ void qm__cache_delay_over(unsigned c) {
     }
     if (!most)
       break;
-    for (; qm__cc[big].q.n && qm__delay_bytes > target; over++)
+    qm__delay_big = big;
+    for (; qm__cc[big].q.n && qm__delay_bytes > budget; over++)
       ring_pop(big);
   }
   atomic_fetch_add_explicit(&delay_over, over, memory_order_relaxed);
@@ -162,7 +164,10 @@ void qm__cache_delay_over(unsigned c) {
 void qm__cache_delay_over_publish(void) {
   atomic_fetch_add_explicit(&delay_over, qm__delay_over_n, memory_order_relaxed);
   qm__delay_over_n = 0;
+  delay_over_seen = true;
 }
+
+bool qm__cache_delay_over_first(void) { return !delay_over_seen; }
 
 size_t qm__cache_delay_early(void) {
   return atomic_load_explicit(&delay_early, memory_order_relaxed) + qm__central_limbo_early();

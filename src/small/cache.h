@@ -78,23 +78,26 @@ extern __thread qm_checked_t qm__cc[QM_NCLASS] __attribute__((tls_model("initial
  * that frees a large class faster than it mallocs it held 16 MiB of each
  * such class (mstress under hardening=max: 122 MB peak RSS, jemalloc 14). */
 extern __thread size_t qm__delay_bytes __attribute__((tls_model("initial-exec")));
-/* Over free_delay_kb at a free of class c (size bytes): c's ring gives its oldest
- * chunks to the bin early (counted) until back under it; where c's ring is
- * empty, the rings that hold the most do, down to three quarters of it. */
-void qm__cache_delay_over(unsigned c);
+/* Over free_delay_kb: the ring that holds the most gives its oldest
+ * chunks to the bin early (counted) until back under it, and is kept in
+ * qm__delay_big for the frees past it that follow. */
+void qm__cache_delay_over(void);
+extern QM_HIDDEN __thread unsigned qm__delay_big __attribute__((tls_model("initial-exec")));
 /* One chunk left early for free_delay_kb: counted in the thread, and added
  * to the shared count a thousand at a time (an atomic add at every such
- * free, in every thread, would contend on one line) and at thread exit;
+ * free, in every thread, would contend on one line), at the thread's first
+ * (so stats never say none left early when some did) and at its exit;
  * qm__cache_delay_over_count adds the calling thread's rest. */
 extern QM_HIDDEN __thread uint32_t qm__delay_over_n __attribute__((tls_model("initial-exec")));
 void qm__cache_delay_over_publish(void);
+bool qm__cache_delay_over_first(void);
 QM_INLINE void qm_delay_over_count(void) {
-  if (QM_UNLIKELY(++qm__delay_over_n == 1024))
+  if (QM_UNLIKELY(++qm__delay_over_n == 1024 || qm__cache_delay_over_first()))
     qm__cache_delay_over_publish();
 }
-QM_INLINE void qm_delay_add(unsigned c, size_t size) {
+QM_INLINE void qm_delay_add(size_t size) {
   if (QM_UNLIKELY((qm__delay_bytes += size) > (size_t)qm__opt.free_delay_kb << 10))
-    qm__cache_delay_over(c);
+    qm__cache_delay_over();
 }
 QM_INLINE void qm_delay_sub(unsigned c) { qm__delay_bytes -= qm__class[c].size; }
 
@@ -202,16 +205,20 @@ QM_INLINE void qm_cache_give_checked(uintptr_t chunk, unsigned c, size_t size) {
   if (QM_UNLIKELY(qm_age_full(&k->q, k->cap)))
     qm__cache_ring_full(c);
   /* before the push: what leaves early for the budget is older, never the
-   * chunk this free delays. Over free_delay_kb with the class's ring not
-   * empty (the common way past it): its oldest, of the same size, goes to
-   * the bin, which brings the bytes back under (qm__cache_delay_over) */
+   * chunk this free delays. Over free_delay_kb, the common way past it: the
+   * ring that held the most at the last scan gives its oldest, if it holds
+   * any at least this chunk's size, which brings the bytes back under
+   * (see qm__cache_delay_over) */
   if (QM_UNLIKELY((qm__delay_bytes += size) > (size_t)qm__opt.free_delay_kb << 10)) {
-    if (QM_LIKELY(k->q.n)) {
-      qm_checked_put(k, c, k->ring[qm_age_pop(&k->q, k->cap)].item);
-      qm__delay_bytes -= size;
+    unsigned b = qm__delay_big;
+    qm_checked_t *kb = &qm__cc[b];
+    size_t bsize = qm__class[b].size;
+    if (QM_LIKELY(kb->q.n && bsize >= size)) {
+      qm_checked_put(kb, b, kb->ring[qm_age_pop(&kb->q, kb->cap)].item);
+      qm__delay_bytes -= bsize;
       qm_delay_over_count();
     } else {
-      qm__cache_delay_over(c);
+      qm__cache_delay_over();
     }
   }
   k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){chunk, k->clock};

@@ -365,6 +365,11 @@ void qm__state_drain(void) {
   }
 }
 
+void qm__state_apply_nested(void) {
+  if (qm__nested_head != qm__nested_tail)
+    qm__state_drain();
+}
+
 uintptr_t qm__small_take_slow(unsigned c) {
   /* frees other threads sent this one come back to its bins first */
   qm__state_drain();

@@ -607,9 +607,9 @@ unsigned qm__central_adopt(unsigned c, uintptr_t *items, uint32_t *ages, unsigne
   return n;
 }
 
-/* Room for size more bytes in the limbo, taken from the classes other
- * than c that hold the most (their oldest into group g's sets early,
- * counted in over), one class lock at a time and none held on entry: a
+/* Room for size more bytes in the limbo, taken from the classes that hold
+ * the most (their oldest into group g's sets early, counted in over) until
+ * c holds the most, one class lock at a time and none held on entry: a
  * class lock never waits for another. The held counts read unlocked are a
  * hint; each class is looked at once. */
 static size_t limbo_room_elsewhere(unsigned c, unsigned g, size_t size, size_t budget) {
@@ -621,12 +621,12 @@ static size_t limbo_room_elsewhere(unsigned c, unsigned g, size_t size, size_t b
     size_t most = 0;
     for (unsigned k = 0; k < QM_NCLASS; k++) {
       size_t b = atomic_load_explicit(&central[k].held, memory_order_relaxed) * qm_chunk_size_of(k);
-      if (k != c && central[k].limbo && b > most) {
+      if (central[k].limbo && b > most) {
         most = b;
         big = k;
       }
     }
-    if (big == QM_NCLASS)
+    if (big == QM_NCLASS || big == c) /* c's own go under its lock, below */
       break;
     central_t *bl = &central[big];
     qm_lock(&bl->lock);
@@ -650,14 +650,13 @@ void qm__central_hold(unsigned c, unsigned group, uintptr_t s, uint32_t age) {
   uint32_t cap = qm_limbo_cap(c);
   unsigned g = group % QM_GROUPS;
   size_t size = qm_chunk_size_of(c), budget = (size_t)qm__opt.free_delay_kb << 10, over = 0;
-  /* over the budget with none of this class's to let go: the classes
-   * holding the most make room, each under its own lock, so that a limbo
-   * one class filled (exited threads' frees of its size, which no malloc
-   * then adopts) does not put every other class's frees into use at once.
-   * It did: after a test filled it with 16,000- and 24,000-byte chunks,
-   * the 48-byte chunk of a thread that exited came back 52 mallocs on */
-  if (!atomic_load_explicit(&cl->held, memory_order_relaxed) &&
-      atomic_load_explicit(&limbo_bytes, memory_order_relaxed) + size > budget)
+  /* over the budget: the classes holding the most make room, each under
+   * its own lock, so that a limbo one class filled (exited threads' frees
+   * of its size, which no malloc then adopts) does not put every other
+   * class's frees into use at once. It did: after a test filled it with
+   * 16,000- and 24,000-byte chunks, the 48-byte chunk of a thread that
+   * exited came back 52 mallocs on */
+  if (atomic_load_explicit(&limbo_bytes, memory_order_relaxed) + size > budget)
     over += limbo_room_elsewhere(c, g, size, budget);
   qm_lock(&cl->lock);
   unsigned others = qm_groups_used(cl) & ~(1u << g);

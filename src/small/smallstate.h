@@ -147,6 +147,10 @@ bool qm__small_describe_heap(uintptr_t addr, qm_place_t *pl);
  * the senders, under the id's lock). */
 void qm__state_adopt(unsigned id);
 void qm__state_drain(void);
+/* The frees signal handlers deferred (the thread was marked busy) applied
+ * now, by a caller marked busy that holds no lock: for calls that are not
+ * refills (stats, trim), on a thread that may never refill. */
+void qm__state_apply_nested(void);
 /* malloc's refill of class c (qm__cache_take_slow) once what other threads
  * sent this one is back in its bins. */
 uintptr_t qm__small_take_slow(unsigned c);
