@@ -913,6 +913,36 @@ TEST(Primary, AHandlersFreeInsideStatsDoesNotWaitForItsLocks) {
   sigaction(SIGRTMIN + 3, &old, nullptr);
 }
 
+// The frees a handler's free deferred there (the thread marked busy) are
+// applied before mallinfo2 returns: on a thread that never mallocs there
+// is no refill to apply them at, and a large chunk freed so stayed in use.
+TEST(Primary, AHandlersFreeDeferredInsideStatsIsAppliedWhenItReturns) {
+  struct sigaction sa = {}, old = {};
+  sa.sa_handler = free_victim;
+  ASSERT_EQ(sigaction(SIGRTMIN + 3, &sa, &old), 0);
+  int left = 0;
+  for (int i = 0; i < 50; i++) {
+    stats_victim = qm_malloc(200000); // a large chunk: freed where the handler's free is applied
+    qm_stats_t before;
+    qm_stats(&before);
+    stats_freed = false;
+    std::thread t([&] {
+      size_t sink = 0;
+      while (!stats_freed)
+        sink += qm_mallinfo2().arena;
+      (void)sink;
+    });
+    usleep(200 + i % 7 * 37);
+    pthread_kill(t.native_handle(), SIGRTMIN + 3);
+    t.join();
+    qm_stats_t after;
+    qm_stats(&after);
+    left += after.large_live_chunks != before.large_live_chunks - 1;
+  }
+  sigaction(SIGRTMIN + 3, &old, nullptr);
+  EXPECT_EQ(left, 0) << "of 50 large chunks freed by a handler inside mallinfo2";
+}
+
 // A signal handler's malloc that lands in the making of a thread's cache
 // takes the central lists: made a second time, nested, the cache took a
 // second registration, and the outer making then set its bins' counts over
@@ -1351,6 +1381,32 @@ static void *unguarded_malloc(size_t n) {
   while (qmt_is_guarded(p = qm_malloc(n)))
     ; // a guarded slot is quarantined, not delayed
   return p;
+}
+
+// hardening=max: a live thread's first early releases for free_delay_kb
+// are in the count other threads read (stats, stats_at_exit), not only
+// once it has made 1024 of them or exited.
+TEST(MaxDelay, ALiveThreadsFirstEarlyReleasesAreCounted) {
+  size_t budget = qmt_option("free_delay_kb") << 10, n = 16000;
+  size_t size = qmt_class_chunk_size(qmt_class_of(n));
+  size_t before = qmt_delay_over(), seen = 0;
+  std::atomic<int> step{0};
+  std::thread t([&] {
+    std::vector<void *> v;
+    for (size_t i = 0; i < budget / size + 8; i++)
+      v.push_back(unguarded_malloc(n));
+    for (void *p : v)
+      qm_free(p); // the last few go past the budget
+    step = 1;
+    while (step != 2)
+      std::this_thread::yield();
+  });
+  while (step != 1)
+    std::this_thread::yield();
+  seen = qmt_delay_over();
+  step = 2;
+  t.join();
+  EXPECT_GT(seen, before) << "read while the thread lives";
 }
 
 // A thread frees a chunk and exits at once: what its ring held waits out

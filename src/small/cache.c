@@ -33,7 +33,7 @@ static _Atomic size_t delay_early; /* left a full ring early */
 static _Atomic size_t delay_over;  /* left early for free_delay_kb */
 __thread uint32_t qm__delay_over_n __attribute__((tls_model("initial-exec")));
 __thread unsigned qm__delay_big __attribute__((tls_model("initial-exec")));
-static __thread bool delay_over_seen __attribute__((tls_model("initial-exec")));
+__thread uint32_t qm__delay_over_due __attribute__((tls_model("initial-exec"))) = 1;
 
 __thread qm_checked_t qm__cc[QM_NCLASS] __attribute__((tls_model("initial-exec")));
 /* This thread's group of the central lists: 0 until it has a cache, then
@@ -145,11 +145,11 @@ void qm__cache_delay_over(void) {
   while (qm__delay_bytes > budget) {
     unsigned big = 0;
     size_t most = 0;
-    for (unsigned k = 0; k < QM_NCLASS; k++) {
-      size_t b = (size_t)qm__cc[k].q.n * qm__class[k].size;
+    for (unsigned c = 0; c < QM_NCLASS; c++) {
+      size_t b = (size_t)qm__cc[c].q.n * qm__class[c].size;
       if (b > most) {
         most = b;
-        big = k;
+        big = c;
       }
     }
     if (!most)
@@ -164,10 +164,8 @@ void qm__cache_delay_over(void) {
 void qm__cache_delay_over_publish(void) {
   atomic_fetch_add_explicit(&delay_over, qm__delay_over_n, memory_order_relaxed);
   qm__delay_over_n = 0;
-  delay_over_seen = true;
+  qm__delay_over_due = 1024;
 }
-
-bool qm__cache_delay_over_first(void) { return !delay_over_seen; }
 
 size_t qm__cache_delay_early(void) {
   return atomic_load_explicit(&delay_early, memory_order_relaxed) + qm__central_limbo_early();

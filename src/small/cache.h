@@ -83,22 +83,6 @@ extern __thread size_t qm__delay_bytes __attribute__((tls_model("initial-exec"))
  * qm__delay_big for the frees past it that follow. */
 void qm__cache_delay_over(void);
 extern QM_HIDDEN __thread unsigned qm__delay_big __attribute__((tls_model("initial-exec")));
-/* One chunk left early for free_delay_kb: counted in the thread, and added
- * to the shared count a thousand at a time (an atomic add at every such
- * free, in every thread, would contend on one line), at the thread's first
- * (so stats never say none left early when some did) and at its exit;
- * qm__cache_delay_over_count adds the calling thread's rest. */
-extern QM_HIDDEN __thread uint32_t qm__delay_over_n __attribute__((tls_model("initial-exec")));
-void qm__cache_delay_over_publish(void);
-bool qm__cache_delay_over_first(void);
-QM_INLINE void qm_delay_over_count(void) {
-  if (QM_UNLIKELY(++qm__delay_over_n == 1024 || qm__cache_delay_over_first()))
-    qm__cache_delay_over_publish();
-}
-QM_INLINE void qm_delay_add(size_t size) {
-  if (QM_UNLIKELY((qm__delay_bytes += size) > (size_t)qm__opt.free_delay_kb << 10))
-    qm__cache_delay_over();
-}
 QM_INLINE void qm_delay_sub(unsigned c) { qm__delay_bytes -= qm__class[c].size; }
 
 /* Checked mode's rare cases, out of line: the bin full (half of it to the
@@ -115,6 +99,37 @@ QM_INLINE void qm_checked_put(qm_checked_t *k, unsigned c, uintptr_t chunk) {
     return;
   }
   k->slot[k->count++] = chunk;
+}
+
+/* One chunk left early for free_delay_kb: counted in the thread and added
+ * to the shared count when the count reaches qm__delay_over_due (1 at the
+ * thread's first, so stats never say none left early when some did; then
+ * 1024: an atomic add at every such free, in every thread, would contend
+ * on one line) and at its exit; qm__cache_delay_over_count adds the
+ * calling thread's rest. */
+extern QM_HIDDEN __thread uint32_t qm__delay_over_n __attribute__((tls_model("initial-exec")));
+extern QM_HIDDEN __thread uint32_t qm__delay_over_due __attribute__((tls_model("initial-exec")));
+void qm__cache_delay_over_publish(void);
+
+/* size bytes more in the thread's rings (before the push: what leaves
+ * early for the budget is older, never the chunk being delayed). Over
+ * free_delay_kb, the common way past it: the ring that held the most at
+ * the last scan gives its oldest, if it holds any at least size bytes,
+ * which brings the bytes back under; else the scan (qm__cache_delay_over) */
+QM_INLINE void qm_delay_add(size_t size) {
+  if (QM_LIKELY((qm__delay_bytes += size) <= (size_t)qm__opt.free_delay_kb << 10))
+    return;
+  unsigned b = qm__delay_big;
+  qm_checked_t *kb = &qm__cc[b];
+  size_t bsize = qm__class[b].size;
+  if (QM_LIKELY(kb->q.n && bsize >= size)) {
+    qm_checked_put(kb, b, kb->ring[qm_age_pop(&kb->q, kb->cap)].item);
+    qm__delay_bytes -= bsize;
+    if (QM_UNLIKELY(++qm__delay_over_n >= qm__delay_over_due))
+      qm__cache_delay_over_publish();
+  } else {
+    qm__cache_delay_over();
+  }
 }
 
 /* Starts fetching the lines of [p, p + span) (up to 1024 bytes: past that
@@ -204,23 +219,7 @@ QM_INLINE void qm_cache_give_checked(uintptr_t chunk, unsigned c, size_t size) {
   }
   if (QM_UNLIKELY(qm_age_full(&k->q, k->cap)))
     qm__cache_ring_full(c);
-  /* before the push: what leaves early for the budget is older, never the
-   * chunk this free delays. Over free_delay_kb, the common way past it: the
-   * ring that held the most at the last scan gives its oldest, if it holds
-   * any at least this chunk's size, which brings the bytes back under
-   * (see qm__cache_delay_over) */
-  if (QM_UNLIKELY((qm__delay_bytes += size) > (size_t)qm__opt.free_delay_kb << 10)) {
-    unsigned b = qm__delay_big;
-    qm_checked_t *kb = &qm__cc[b];
-    size_t bsize = qm__class[b].size;
-    if (QM_LIKELY(kb->q.n && bsize >= size)) {
-      qm_checked_put(kb, b, kb->ring[qm_age_pop(&kb->q, kb->cap)].item);
-      qm__delay_bytes -= bsize;
-      qm_delay_over_count();
-    } else {
-      qm__cache_delay_over();
-    }
-  }
+  qm_delay_add(size); /* before the push */
   k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){chunk, k->clock};
 }
 
