@@ -121,6 +121,10 @@ size_t qmt_spare_bytes(void);
 /* Runs hook in the making of the next threads' caches (NULL: none), where
  * a signal handler's call may land. */
 void qmt_set_making_hook(void (*hook)(void));
+/* Runs hook as qm_stats and malloc_trim leave their busy mark, after they
+ * applied the frees deferred under it and before the mark is cleared
+ * (NULL: none), where a signal handler's free may land. */
+void qmt_set_leaving_hook(void (*hook)(void));
 
 /* Forgets the log file (option log_path) and any failure to open it. */
 void qmt_log_forget(void);

@@ -31,12 +31,6 @@
  * refill to apply it at). Unmarked, a handler's free on a thread with no
  * cache yet made one, and waited on the registry lock the interrupted call
  * held. */
-static void busy_leave_applying(uintptr_t was) {
-  if (!was)
-    qm__state_apply_nested();
-  qm_busy_leave(was);
-}
-
 QM_EXPORT void qm_stats(qm_stats_t *s) {
   uintptr_t was = qm_busy_enter();
   memset(s, 0, sizeof *s);
@@ -59,7 +53,7 @@ QM_EXPORT void qm_stats(qm_stats_t *s) {
   s->small_in_use = p.carved > s->small_free ? p.carved - s->small_free : 0;
   s->small_purged = p.purged_bytes;
   s->threads = qm__life_threads();
-  busy_leave_applying(was);
+  qm__busy_leave_applying(was);
 }
 
 QM_EXPORT struct mallinfo2 qm_mallinfo2(void) {
@@ -88,7 +82,7 @@ QM_EXPORT int qm_malloc_trim(size_t pad) {
   qm__life_release_spares();
   size_t released = qm__primary_purge_all();
   released += qm__large_trim();
-  busy_leave_applying(was);
+  qm__busy_leave_applying(was);
   return released != 0;
 }
 

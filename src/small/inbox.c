@@ -365,9 +365,26 @@ void qm__state_drain(void) {
   }
 }
 
-void qm__state_apply_nested(void) {
-  if (qm__nested_head != qm__nested_tail)
-    qm__state_drain();
+#ifdef QM_TEST_HOOKS
+void (*qm__busy_leaving_hook)(void);
+#endif
+
+void qm__busy_leave_applying(uintptr_t was) {
+  if (was) /* inside another call's mark: that call applies them */
+    return;
+  for (;;) {
+    if (qm__nested_head != qm__nested_tail)
+      qm__state_drain();
+#ifdef QM_TEST_HOOKS
+    if (qm__busy_leaving_hook)
+      qm__busy_leaving_hook();
+#endif
+    qm_busy_leave(0);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (qm__nested_head == qm__nested_tail)
+      return;
+    qm_busy_enter();
+  }
 }
 
 uintptr_t qm__small_take_slow(unsigned c) {

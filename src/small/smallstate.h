@@ -147,10 +147,18 @@ bool qm__small_describe_heap(uintptr_t addr, qm_place_t *pl);
  * the senders, under the id's lock). */
 void qm__state_adopt(unsigned id);
 void qm__state_drain(void);
-/* The frees signal handlers deferred (the thread was marked busy) applied
- * now, by a caller marked busy that holds no lock: for calls that are not
- * refills (stats, trim), on a thread that may never refill. */
-void qm__state_apply_nested(void);
+/* Leaves the busy mark qm_busy_enter returned was, applying first the
+ * frees signal handlers deferred while it was set, by a caller that holds
+ * no lock: for calls that are not refills (stats, trim), on a thread that
+ * may never refill. A handler's free landing after the last check and
+ * before the mark is cleared is deferred too, so the check is made again
+ * once it is clear. */
+void qm__busy_leave_applying(uintptr_t was);
+#ifdef QM_TEST_HOOKS
+/* Test hook: called by qm__busy_leave_applying after its check and before
+ * the mark is cleared, as a signal handler that landed there would run. */
+extern void (*qm__busy_leaving_hook)(void);
+#endif
 /* malloc's refill of class c (qm__cache_take_slow) once what other threads
  * sent this one is back in its bins. */
 uintptr_t qm__small_take_slow(unsigned c);
