@@ -69,6 +69,7 @@ size_t qmt_delay_bytes(void) { return qm__delay_bytes; }
 size_t qmt_limbo_bytes(void) { return qm__central_limbo_bytes(); }
 size_t qmt_spare_bytes(void) { return qm__life_spare_bytes(); }
 void qmt_set_making_hook(void (*hook)(void)) { qm__life_making_hook = hook; }
+size_t qmt_inbox_waiting(unsigned id) { return qm__state_inbox_waiting(id); }
 void qmt_set_leaving_hook(void (*hook)(void)) { qm__busy_leaving_hook = hook; }
 
 static qm_aged_t age_ring[8];

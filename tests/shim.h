@@ -121,6 +121,8 @@ size_t qmt_spare_bytes(void);
 /* Runs hook in the making of the next threads' caches (NULL: none), where
  * a signal handler's call may land. */
 void qmt_set_making_hook(void (*hook)(void));
+/* Frees waiting in owner id's inbox for its thread to take them back. */
+size_t qmt_inbox_waiting(unsigned id);
 /* Runs hook as qm_stats and malloc_trim leave their busy mark, after they
  * applied the frees deferred under it and before the mark is cleared
  * (NULL: none), where a signal handler's free may land. */

@@ -527,6 +527,57 @@ TEST(Primary, ASuccessorInheritsTheIdOfTheExitedOwnerItFreesFor) {
   EXPECT_EQ(state, 2u) << "FREE at once: its own chunk";
 }
 
+// A thread that only frees takes back, as it frees, what other threads
+// sent it: such a thread (one that took over an exited thread's id and
+// its chunks, or a producer turned consumer) has no refill to take it at,
+// and what others freed of its chunks stayed in use until it malloc'd or
+// exited. Whether it frees its own chunks (the fast path's batch) or
+// others' (the path that sends them; checked mode's paths too).
+TEST(Primary, AThreadThatOnlyFreesTakesBackWhatOthersSentIt) {
+  if (!qmt_option("thread_cache") || qmt_option("guard_all"))
+    GTEST_SKIP() << "no thread caches, or guarded chunks";
+  const int N = 1000, M = 200;
+  for (int others = 0; others < 2; others++) {
+    std::vector<void *> got, mine;
+    for (int i = 0; i < M; i++)
+      mine.push_back(qm_malloc(1000));
+    std::atomic<int> step{0};
+    unsigned b_id = 0;
+    std::thread b([&] {
+      for (int i = 0; i < N + M; i++)
+        got.push_back(qm_malloc(1000));
+      b_id = qmt_owner_id();
+      step = 1;
+      while (step != 2)
+        std::this_thread::yield();
+      for (int i = 0; i < M; i++) // no malloc, no refill
+        qm_free(others ? mine[i] : got[N + i]);
+      step = 3;
+      while (step != 4)
+        std::this_thread::yield();
+    });
+    while (step != 1)
+      std::this_thread::yield();
+    for (int i = 0; i < N; i++) // sent to b
+      qm_free(got[i]);
+    qm_malloc_trim(0); // this thread's outbox out
+    size_t waiting = qmt_inbox_waiting(b_id);
+    step = 2;
+    while (step != 3)
+      std::this_thread::yield();
+    size_t left = qmt_inbox_waiting(b_id);
+    step = 4;
+    b.join();
+    if (!others)
+      for (int i = 0; i < M; i++)
+        qm_free(mine[i]);
+    ASSERT_NE(b_id, 0u);
+    EXPECT_EQ(waiting, (size_t)N) << "sent to b before it frees";
+    EXPECT_EQ(left, 0u) << "of " << N << " frees sent to a thread that then freed " << M << " of "
+                        << (others ? "another thread's" : "its own") << " chunks";
+  }
+}
+
 // Two frees of one chunk on a thread that does not own it: the first makes
 // it SENT at once, the second reports at once.
 TEST(PrimaryDeathTest, ASecondFreeOnAnotherThreadIsReportedAtOnce) {

@@ -333,6 +333,8 @@ QM_INLINE void drain_inbox(unsigned me) {
   }
 }
 
+void qm__state_drain_inbox(void) { drain_inbox(my_id()); }
+
 void qm__state_drain(void) {
   qm__small_pend_flush();
   unsigned me = my_id();
@@ -367,6 +369,12 @@ void qm__state_drain(void) {
 
 #ifdef QM_TEST_HOOKS
 void (*qm__busy_leaving_hook)(void);
+size_t qm__state_inbox_waiting(unsigned id) {
+  size_t n = 0;
+  for (msgb_t *b = atomic_load(&owners[id].inbox); b && b != CLOSED; b = b->next)
+    n += b->count;
+  return n;
+}
 #endif
 
 void qm__busy_leave_applying(uintptr_t was) {
@@ -571,6 +579,8 @@ void qm__small_free_general(void *p, uintptr_t off) {
       *q = (rpend_t){qm_slot_make(a, qm_e_gen(w)), at, qm_canary(ch, qm_e_gen(w), c), owner};
       if (old.m)
         rpend_settle(&old);
+      if (QM_UNLIKELY(!(rpend_i % RPEND_N)))
+        inbox_take_due();
       qm_freeing_clear();
       return;
     }
@@ -612,6 +622,7 @@ void qm__small_free_general(void *p, uintptr_t off) {
       send_free((uintptr_t)p, w);
     }
   }
+  inbox_take_due();
   qm_freeing_clear();
 }
 

@@ -155,6 +155,8 @@ void qm__state_drain(void);
  * once it is clear. */
 void qm__busy_leave_applying(uintptr_t was);
 #ifdef QM_TEST_HOOKS
+/* Test hook: the frees waiting in id's inbox (its thread idle meanwhile). */
+size_t qm__state_inbox_waiting(unsigned id);
 /* Test hook: called by qm__busy_leave_applying after its check and before
  * the mark is cleared, as a signal handler that landed there would run. */
 extern void (*qm__busy_leaving_hook)(void);

@@ -47,6 +47,18 @@ QM_INLINE bool drain_due(void) {
          qm__nested_head != qm__nested_tail;
 }
 
+/* Frees other threads sent this one, taken on its free paths too (every
+ * QM_PEND_HALF frees of its own chunks, every RPEND_N of others'): a
+ * thread that took over an exited thread's id and only frees has no
+ * refill to take them at, and what others freed of its predecessor's
+ * chunks stayed in use until it malloc'd or exited. Under the caller's
+ * freeing mark, no lock held. */
+void qm__state_drain_inbox(void) QM_COLD;
+QM_INLINE void inbox_take_due(void) {
+  if (QM_UNLIKELY(qm__my_inbox && atomic_load_explicit(qm__my_inbox, memory_order_relaxed)))
+    qm__state_drain_inbox();
+}
+
 /* Free of small pointer p (off = p - qm__pbase) past the fast path but for
  * checked mode's own (qm__small_free_slow's other way): the zero-size
  * region, errors, frees of chunks this thread owns or nobody does, and
