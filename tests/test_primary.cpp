@@ -466,10 +466,11 @@ TEST(Primary, FreesFromOtherThreadsAreCorrect) {
 // A thread that frees what another allocated takes an owner id (and its
 // cache) at that first free, though it never mallocs: it then batches its
 // frees and keeps spare batches of its own instead of taking the shared
-// lock and sending a batch of one per free. The chunk is SENT at once.
+// lock and sending a batch of one per free. The chunk is SENT at once. In
+// checked mode too (max-primary), where the free checks the chunk at once.
 TEST(Primary, AFreeOnlyThreadTakesAnIdAtItsFirstRemoteFree) {
-  if (!qmt_option("thread_cache") || qmt_option("guard_all") || qmt_cache_checked())
-    GTEST_SKIP() << "no thread caches, guarded chunks, or checked mode";
+  if (!qmt_option("thread_cache") || qmt_option("guard_all"))
+    GTEST_SKIP() << "no thread caches, or guarded chunks";
   void *p = qm_malloc(48);
   ASSERT_NE(qmt_owner_id(), 0u);
   unsigned before = 0, after = 0, state = 0;
@@ -1553,6 +1554,48 @@ TEST(MaxDelayAcross, OwnFree) {
     void *x = unguarded_malloc(n);
     qm_free(x);
     expect_delayed(x, n, d);
+  }
+}
+
+// hardening=max: a chunk another thread frees is zeroed by that thread at
+// the free (all but its canary), and checked zero when its owner takes it
+// back: a read after free finds zeros at once, and a write while the
+// chunk waits to be sent (in the freeing thread's outbox) is reported by
+// the owner, at the write's offset; one to the canary's bytes too. Before,
+// the owner zeroed it on arrival: the read found the old bytes, and the
+// write was wiped unreported.
+TEST(MaxDeathTest, AWriteToAChunkAnotherThreadFreedIsFoundByItsOwner) {
+  if (!qmt_cache_checked() || !qmt_option("zero_on_free") || !qmt_option("thread_cache"))
+    GTEST_SKIP() << "checked mode with zero_on_free and thread caches only";
+  const size_t n = 100, size = qmt_class_chunk_size(qmt_class_of(n));
+  for (size_t at : {size_t{0}, n + 3, size - 1}) {
+    std::string re;
+    if (at >= n && at < n + 8) // the canary, checked as such
+      re = QM_ERR QM_K_SMALL_OVERFLOW " .*written past the end at offset " + std::to_string(at);
+    else {
+      re = "^" QM_LINE(QM_K_WRITE_AFTER_FREE, "@D@") "\n" QM_END;
+      std::string d = "class " + std::to_string(size) + " bytes, byte at offset " +
+                      std::to_string(at) + " is 0x5a, written while the chunk was free";
+      re.replace(re.find("@D@"), 3, d);
+    }
+    EXPECT_DEATH(
+        {
+          unsigned char *p = static_cast<unsigned char *>(qm_malloc(n));
+          memset(p, 0x77, n);
+          unsigned char seen = 1;
+          std::thread([&] {
+            qm_free(p); // sent to this thread, from the other's outbox at its exit
+            seen = p[0];
+            p[at] = 0x5a;
+          }).join();
+          if (seen != 0)
+            _exit(3);
+          for (int i = 0; i < 64; i++)
+            qm_free(qm_malloc(n)); // takes back what was sent to it
+          _exit(4);
+        },
+        re)
+        << "offset " << at;
   }
 }
 

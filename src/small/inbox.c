@@ -160,8 +160,14 @@ static uintptr_t settle(uintptr_t m, unsigned owner, unsigned *cls) {
   qm_entry_store(e, fw);
   /* the sender checked the canary; the owner clears it: a sender's store
    * there would race the owner's checks of its live neighbours, which
-   * read an entry and then its canary (checked mode) */
-  qm_canary_clear(p + qm_e_size(w));
+   * read an entry and then its canary (checked mode). There, checked
+   * again first, as the rest of the chunk is checked zero: a write to it
+   * while in flight is found too */
+  uintptr_t at = p + qm_e_size(w);
+  if (qm__cache_checked && qm__opt.zero_on_free &&
+      QM_UNLIKELY(qm_load8(at) != qm_canary(ch, qm_e_gen(w), *cls)))
+    qm__small_canary_error(p, at, qm_canary(ch, qm_e_gen(w), *cls), 0);
+  qm_canary_clear(at);
   return qm_slot_make(ch, qm_e_gen(fw));
 }
 
@@ -192,9 +198,9 @@ static void give_settled(msgb_t *b) {
     unsigned c = (unsigned)((qm_slot_chunk(b->m[i]) - qm__pbase) >> qm__rshift);
     for (j = i + 1; j < b->count && (qm_slot_chunk(b->m[j]) - qm__pbase) >> qm__rshift == c; j++)
       ;
-    if (qm__cache_checked && qm__opt.zero_on_free)
+    if (qm__cache_checked && qm__opt.zero_on_free) /* zeroed by their senders */
       for (uint32_t k = i; k < j; k++)
-        memset((void *)qm_slot_chunk(b->m[k]), 0, qm__class[c].size);
+        qm__small_check_sent(qm_slot_chunk(b->m[k]), c);
     if (qm__opt.free_delay) /* no ring ages them: the limbo does */
       for (uint32_t k = i; k < j; k++)
         qm__central_hold(c, qm__cache_group(), b->m[k], 0);
@@ -252,6 +258,10 @@ void qm__state_flush_outbox(void) {
  * it sends at once. */
 static void send_free(uintptr_t p, uint64_t w) {
   unsigned owner = qm_e_owner(w);
+  if (qm__cache_checked && qm__opt.zero_on_free) {
+    uintptr_t off = p - qm__pbase;
+    qm__small_zero_sent(p - qm_e_offset(w), (unsigned)(off >> qm__rshift), p + qm_e_size(w));
+  }
   msgb_t *b = outbox;
   if (b && (b->owner != owner || b->count == MSG_CAP)) {
     outbox = NULL;
@@ -325,7 +335,7 @@ QM_INLINE void drain_inbox(unsigned me) {
         if (i + SETTLE_AHEAD < b->count)
           prefetch_entry(b->m[i + SETTLE_AHEAD]);
         uintptr_t s = settle(b->m[i], me, &c);
-        qm__small_release(s, c);
+        qm__small_release_sent(s, c);
       }
       msg_drop(b);
       b = next;
@@ -555,8 +565,11 @@ void qm__small_free_general(void *p, uintptr_t off) {
    * its cache and id now, so it batches its frees (else each took
    * msg_lock and went alone), the id of this chunk's owner if that thread
    * has exited (a successor then frees its predecessor's chunks as its
-   * own) */
-  if (owner && owner != me && !me && !qm__cache_checked && qm__cache_ensure(owner))
+   * own). In checked mode too, but any id: no thread inherits one there
+   * (no bins are kept for it). Without an id there, xmalloc-test's
+   * freeing threads sent every free alone, msg_lock and a swap on the
+   * owner's inbox each: a third of its time under hardening=max. */
+  if (owner && owner != me && !me && qm__cache_ensure(qm__cache_checked ? 0 : owner))
     me = my_id();
   if (owner && owner != me && me && !qm__cache_checked) {
     /* another thread's chunk: SENT at once, its canary checked RPEND_N

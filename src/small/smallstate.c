@@ -247,7 +247,15 @@ bool qm__small_resize(void *p, uintptr_t ch, unsigned c, uint64_t *e, uint64_t w
 
 /* ---- release ---- */
 
-void qm__small_release(uintptr_t slot, unsigned c) {
+void qm__small_zero_sent(uintptr_t ch, unsigned c, uintptr_t canary) {
+  size_t size = qm__class[c].size;
+  memset((void *)ch, 0, canary - ch);
+  memset((void *)(canary + 8), 0, ch + size - canary - 8);
+}
+
+void qm__small_check_sent(uintptr_t ch, unsigned c) { check_zero(ch, c); }
+
+static void release(uintptr_t slot, unsigned c, bool zeroed) {
   if (qm__cache_checked) {
     uintptr_t ch = qm_slot_chunk(slot);
     size_t size = qm__class[c].size;
@@ -255,7 +263,7 @@ void qm__small_release(uintptr_t slot, unsigned c) {
      * zeroed rather than after */
     __builtin_prefetch((void *)(ch - 8));
     __builtin_prefetch((void *)(ch + 2 * size - 8));
-    if (qm__opt.zero_on_free)
+    if (qm__opt.zero_on_free && !zeroed)
       zero_chunk(ch, size);
     check_neighbours(ch, c);
   } else {
@@ -266,6 +274,15 @@ void qm__small_release(uintptr_t slot, unsigned c) {
     }
   }
   qm__cache_give_slow(slot, c);
+}
+
+void qm__small_release(uintptr_t slot, unsigned c) { release(slot, c, false); }
+
+void qm__small_release_sent(uintptr_t slot, unsigned c) {
+  bool zeroed = qm__cache_checked && qm__opt.zero_on_free;
+  if (zeroed)
+    check_zero(qm_slot_chunk(slot), c);
+  release(slot, c, zeroed);
 }
 
 /* ---- frees parked for their canary check ---- */

@@ -106,6 +106,17 @@ void qm__free_nested(void *p);
  * calling thread's cache; in checked mode it is zeroed and its neighbours
  * checked first. */
 void qm__small_release(uintptr_t slot, unsigned c);
+/* Checked mode with zero_on_free: a chunk another thread frees is zeroed
+ * by that thread, all but its canary (at `canary`, which the owner's
+ * checks of its live neighbours may be reading), as it is made SENT; the
+ * owner, settling it, checks it is still zero (canary cleared by then).
+ * So a read after free finds zeros at once, and a write while the chunk
+ * waits in an outbox or inbox is reported, as a write after free. */
+void qm__small_zero_sent(uintptr_t ch, unsigned c, uintptr_t canary);
+void qm__small_check_sent(uintptr_t ch, unsigned c);
+/* qm__small_release of a settled chunk (a free sent by another thread):
+ * in checked mode with zero_on_free, checked zero instead of zeroed. */
+void qm__small_release_sent(uintptr_t slot, unsigned c);
 /* Validates small pointer p for op (realloc, usable size, sized free):
  * a live chunk, p its user pointer, its canary intact. Returns the chunk
  * and its entry, or reports. */
