@@ -8,6 +8,11 @@
  */
 #include "cache.h"
 
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "options.h"
 #include "up.h"
 
@@ -29,6 +34,7 @@ enum { TC_EMPTY, TC_MAKING, TC_LIVE, TC_DEAD };
  * threads without a cache. */
 static __thread qm_aged_t *rings __attribute__((tls_model("initial-exec")));
 __thread size_t qm__delay_bytes __attribute__((tls_model("initial-exec")));
+__thread uint32_t qm__delay_cb[QM_DELAY_CB_N] __attribute__((tls_model("initial-exec")));
 static _Atomic size_t delay_early; /* left a full ring early */
 static _Atomic size_t delay_over;  /* left early for free_delay_kb */
 __thread uint32_t qm__delay_over_n __attribute__((tls_model("initial-exec")));
@@ -83,7 +89,7 @@ static void ring_push(unsigned c, uintptr_t chunk) {
   qm_checked_t *k = &qm__cc[c];
   if (qm_age_full(&k->q, k->cap))
     qm__cache_ring_full(c);
-  qm_delay_add(qm__class[c].size); /* before the push, as qm_cache_give_checked */
+  qm_delay_add(c, qm__class[c].size); /* before the push, as qm_cache_give_checked */
   k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){chunk, k->clock};
 }
 
@@ -112,6 +118,7 @@ static void adopt(unsigned c) {
   for (unsigned i = 0; i < n; i++)
     k->ring[qm_age_push(&k->q, k->cap)] = (qm_aged_t){items[i], k->clock - ages[i]};
   qm__delay_bytes += n * size;
+  qm__delay_cb[c] += (uint32_t)(n * size);
 }
 
 /* At exit: each ring's chunks wait out the rest of their D mallocs in the
@@ -126,7 +133,44 @@ void qm__cache_ring_flush(void) {
     }
   }
   qm__delay_bytes = 0;
+  memset(qm__delay_cb, 0, sizeof qm__delay_cb);
   qm__cache_delay_over_publish();
+}
+
+/* The class whose ring holds the most bytes (the first of equals), and
+ * those bytes in *most (0: every ring is empty). */
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static unsigned delay_most_avx2(size_t *most) {
+  const __m256i *v = (const __m256i *)qm__delay_cb;
+  __m256i m = _mm256_loadu_si256(v);
+  for (unsigned i = 1; i < QM_DELAY_CB_N / 8; i++)
+    m = _mm256_max_epu32(m, _mm256_loadu_si256(v + i));
+  m = _mm256_max_epu32(m, _mm256_permute2x128_si256(m, m, 1));
+  m = _mm256_max_epu32(m, _mm256_shuffle_epi32(m, 0x4e));
+  m = _mm256_max_epu32(m, _mm256_shuffle_epi32(m, 0xb1));
+  *most = (uint32_t)_mm256_cvtsi256_si32(m);
+  for (unsigned i = 0;; i++) {
+    __m256i eq = _mm256_cmpeq_epi32(_mm256_loadu_si256(v + i), m);
+    unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(eq));
+    if (mask)
+      return i * 8 + (unsigned)__builtin_ctz(mask);
+  }
+}
+#endif
+static unsigned delay_most(size_t *most) {
+#if defined(__x86_64__)
+  if (QM_LIKELY(qm__vec))
+    return delay_most_avx2(most);
+#endif
+  unsigned big = 0;
+  uint32_t m = 0;
+  for (unsigned c = 0; c < QM_NCLASS; c++)
+    if (qm__delay_cb[c] > m) {
+      m = qm__delay_cb[c];
+      big = c;
+    }
+  *most = m;
+  return big;
 }
 
 void qm__cache_delay_over(void) {
@@ -143,16 +187,9 @@ void qm__cache_delay_over(void) {
    * class's delay to its ring's length then: 48-byte chunks back after 65
    * mallocs, not 256 */
   while (qm__delay_bytes > budget) {
-    unsigned big = 0;
-    size_t most = 0;
-    for (unsigned c = 0; c < QM_NCLASS; c++) {
-      size_t b = (size_t)qm__cc[c].q.n * qm__class[c].size;
-      if (b > most) {
-        most = b;
-        big = c;
-      }
-    }
-    if (!most)
+    size_t most;
+    unsigned big = delay_most(&most);
+    if (!most || !qm__cc[big].q.n) /* (the second: never; no endless loop if so) */
       break;
     qm__delay_big = big;
     for (; qm__cc[big].q.n && qm__delay_bytes > budget; over++)
