@@ -66,6 +66,16 @@ size_t qmt_zero_cap(size_t slots) { return qm__zero_cap(slots); }
 size_t qmt_delay_early(void) { return qm__cache_delay_early(); }
 size_t qmt_delay_over(void) { return qm__cache_delay_over_count(); }
 size_t qmt_delay_bytes(void) { return qm__delay_bytes; }
+bool qmt_delay_counts_agree(void) {
+  size_t sum = 0;
+  for (unsigned c = 0; c < QM_DELAY_CB_N; c++) {
+    size_t ring = c < QM_NCLASS ? (size_t)qm__cc[c].q.n * qm__class[c].size : 0;
+    if (qm__delay_cb[c] != ring)
+      return false;
+    sum += ring;
+  }
+  return sum == qm__delay_bytes;
+}
 size_t qmt_limbo_bytes(void) { return qm__central_limbo_bytes(); }
 size_t qmt_spare_bytes(void) { return qm__life_spare_bytes(); }
 void qmt_set_making_hook(void (*hook)(void)) { qm__life_making_hook = hook; }

@@ -115,6 +115,9 @@ size_t qmt_delay_early(void);
  * limbo's. */
 size_t qmt_delay_over(void);
 size_t qmt_delay_bytes(void);
+/* Whether the calling thread's per-class delay bytes (the scan's) agree
+ * with its rings' counts, and add up to qmt_delay_bytes. */
+bool qmt_delay_counts_agree(void);
 size_t qmt_limbo_bytes(void);
 /* Bytes the bins of exited threads' registrations hold, for the next thread. */
 size_t qmt_spare_bytes(void);

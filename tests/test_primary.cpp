@@ -1421,11 +1421,15 @@ TEST(MaxDelay, AClassThatKeepsTheThreadAtTheBudgetLeavesOthersTheirDelay) {
         }
       if (freed_at.size() > 4 * d) // never to come back within the window
         freed_at.erase(freed_at.begin());
+      if (step % 1000 == 999) {
+        EXPECT_TRUE(qmt_delay_counts_agree()) << "the scan's counts, step " << step;
+      }
     }
     for (void *p : big)
       qm_free(p);
     for (void *p : small)
       qm_free(p);
+    EXPECT_TRUE(qmt_delay_counts_agree()) << "the scan's counts, at the end";
   }).join();
   ASSERT_GT(reuses, 1000) << "the churn reused its 48-byte chunks";
   EXPECT_GE(shortest, (long)d) << "a 48-byte chunk came back " << shortest
@@ -1457,6 +1461,7 @@ static void expect_delayed(void *x, size_t n, size_t d) {
   size_t k = mallocs_until_back(x, n);
   EXPECT_GE(k, d) << n << " bytes: back after " << k << " mallocs";
   EXPECT_LT(k, 64 * d) << n << " bytes: never came back";
+  EXPECT_TRUE(qmt_delay_counts_agree()) << "the scan's counts, after chunks adopted and aged";
 }
 
 static void *unguarded_malloc(size_t n) {
