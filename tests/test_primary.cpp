@@ -486,6 +486,85 @@ TEST(Primary, AFreeOnlyThreadTakesAnIdAtItsFirstRemoteFree) {
   EXPECT_EQ(state, 3u) << "SENT at the free itself";
 }
 
+// A thread that frees a batch of another thread's large small chunks and
+// then blocks sends them on at 64 KiB, whatever their count: they waited
+// in its outbox, up to 61 of them, until it freed again (2.8 MiB of 48 KiB
+// chunks in a review's test). The default profile parks the last 16 for
+// their canary check first.
+TEST(Primary, AThreadThatBlocksAfterItsFreesHoldsLittleFromTheirOwner) {
+  if (!qmt_option("thread_cache") || qmt_option("guard_all"))
+    GTEST_SKIP() << "no thread caches, or guarded chunks";
+  const size_t N = 40, n = 16000;
+  std::vector<void *> v;
+  for (size_t i = 0; i < N; i++)
+    v.push_back(qm_malloc(n));
+  size_t sent = 0, size = qmt_class_chunk_size(qmt_class_of(n));
+  for (void *q : v)
+    sent += !qmt_is_guarded(q);
+  std::atomic<int> step{0};
+  std::thread w([&] {
+    for (void *q : v)
+      qm_free(q);
+    step = 1;
+    while (step != 2) // blocked, as on its next job
+      std::this_thread::yield();
+  });
+  while (step != 1)
+    std::this_thread::yield();
+  size_t waiting = qmt_inbox_waiting(qmt_owner_id());
+  step = 2;
+  w.join();
+  size_t parked = qmt_cache_checked() ? 0 : 16, held = (64 << 10) / size;
+  EXPECT_GE(waiting + parked + held, sent)
+      << "of " << sent << " chunks of " << size << " bytes, sent to their owner";
+}
+
+// In checked mode a free-only thread takes an id no chunk carries, not an
+// exited thread's: with that thread's id it was sent what others freed of
+// the exited thread's chunks, held for as long as it blocked (4 MiB in a
+// review's test); with its own, the id stays closed and those frees are
+// applied by their senders (max-primary).
+TEST(Primary, InCheckedModeAFreeOnlyThreadTakesAnIdNoChunkCarries) {
+  if (!qmt_cache_checked() || !qmt_option("thread_cache") || qmt_option("guard_all"))
+    GTEST_SKIP() << "checked mode with thread caches only";
+  std::vector<void *> left;
+  unsigned x_id = 0, f_id = 0;
+  void *p = qm_malloc(48); // this thread's id first: not the exited one's
+  std::thread([&] {
+    for (int i = 0; i < 200; i++)
+      left.push_back(qm_malloc(200));
+    x_id = qmt_owner_id();
+  }).join();
+  std::atomic<int> step{0};
+  std::thread f([&] {
+    qm_free(p); // the first act of a thread that only frees
+    f_id = qmt_owner_id();
+    step = 1;
+    while (step != 2)
+      std::this_thread::yield();
+  });
+  while (step != 1)
+    std::this_thread::yield();
+  for (void *q : left)
+    qm_free(q);
+  size_t waiting = qmt_inbox_waiting(f_id);
+  step = 2;
+  f.join();
+  ASSERT_NE(x_id, 0u);
+  EXPECT_NE(f_id, 0u) << "it takes an id, so that its frees are batched";
+  EXPECT_NE(f_id, x_id) << "not the exited thread's";
+  EXPECT_EQ(waiting, 0u) << "frees of the exited thread's chunks sent to the free-only thread";
+  // the id of a free-only thread that exited carries no chunk either: the
+  // next such thread takes it (ids are not used up by such threads)
+  unsigned g_id = 0;
+  void *p2 = qm_malloc(48);
+  std::thread([&] {
+    qm_free(p2);
+    g_id = qmt_owner_id();
+  }).join();
+  EXPECT_EQ(g_id, f_id) << "the exited free-only thread's id, taken again";
+}
+
 // A thread whose first act is to free what an exited thread allocated (a
 // successor in a hand-off) takes that thread's id, though another exited
 // later: the chunks are its own, freed as the owner frees them, not each

@@ -241,9 +241,15 @@ QM_INLINE void qm_cache_give_checked(uintptr_t chunk, unsigned c, size_t size) {
  * whether it has one now. A thread whose first act is to free what an
  * exited thread allocated (a successor in a hand-off) so inherits that
  * thread's id: the chunks are its own, freed on the fast path, instead of
- * each sent to whichever thread took the id. The cache is made above
+ * each sent to whichever thread took the id. want QM_WANT_UNOWNED: an id
+ * no chunk carries (an exited thread's that never took chunks for its
+ * bins, or one never given out), or none. The cache is made above
  * (qm__small_up.cache_create, life.c). */
+#define QM_WANT_UNOWNED (~0u)
 bool qm__cache_ensure(unsigned want);
+/* Whether the thread has taken chunks for its bins from the central lists
+ * (its id is then on chunks it hands out). */
+bool qm__cache_took(void);
 
 /* For the thread life cycle (life.c): the thread's bins over slot storage
  * s (every class's cache_max slots in turn) and its delay rings r; the

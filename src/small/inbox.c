@@ -256,12 +256,18 @@ void qm__state_flush_outbox(void) {
 /* A free of p (validated, entry w) that another thread owns: batched per
  * owner. A thread with no cache has no refill to flush its outbox at:
  * it sends at once. */
+/* The bytes of chunks a batch holds before it is sent whatever its count:
+ * a thread that frees a batch of large small chunks and then blocks (a
+ * worker waiting for its next job) held up to 61 of them from their owner,
+ * 2.8 MiB of 48 KiB chunks in a review's test. */
+#define OUTBOX_BYTES ((size_t)64 << 10)
+static __thread size_t outbox_bytes __attribute__((tls_model("initial-exec")));
+
 static void send_free(uintptr_t p, uint64_t w) {
   unsigned owner = qm_e_owner(w);
-  if (qm__cache_checked && qm__opt.zero_on_free) {
-    uintptr_t off = p - qm__pbase;
-    qm__small_zero_sent(p - qm_e_offset(w), (unsigned)(off >> qm__rshift), p + qm_e_size(w));
-  }
+  unsigned c = (unsigned)((p - qm__pbase) >> qm__rshift);
+  if (qm__cache_checked && qm__opt.zero_on_free)
+    qm__small_zero_sent(p - qm_e_offset(w), c, p + qm_e_size(w));
   msgb_t *b = outbox;
   if (b && (b->owner != owner || b->count == MSG_CAP)) {
     outbox = NULL;
@@ -274,9 +280,10 @@ static void send_free(uintptr_t p, uint64_t w) {
     b->count = 0;
     b->owner = owner;
     outbox = b;
+    outbox_bytes = 0;
   }
   b->m[b->count++] = qm_slot_make(p, qm_e_gen(w));
-  if (!my_id()) {
+  if (!my_id() || (outbox_bytes += qm__class[c].size) >= OUTBOX_BYTES) {
     outbox = NULL;
     send(b);
   }
@@ -543,6 +550,8 @@ static void release_freed(uintptr_t a, uintptr_t ch, unsigned c, uint64_t w, uin
   qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
 }
 
+static __thread bool no_free_id __attribute__((tls_model("initial-exec")));
+
 /* Everything but checked mode's own frees, for qm__small_free_slow (kept
  * apart: its registers would be saved on that path too). */
 void qm__small_free_general(void *p, uintptr_t off) {
@@ -565,12 +574,20 @@ void qm__small_free_general(void *p, uintptr_t off) {
    * its cache and id now, so it batches its frees (else each took
    * msg_lock and went alone), the id of this chunk's owner if that thread
    * has exited (a successor then frees its predecessor's chunks as its
-   * own). In checked mode too, but any id: no thread inherits one there
-   * (no bins are kept for it). Without an id there, xmalloc-test's
-   * freeing threads sent every free alone, msg_lock and a swap on the
-   * owner's inbox each: a third of its time under hardening=max. */
-  if (owner && owner != me && !me && qm__cache_ensure(qm__cache_checked ? 0 : owner))
-    me = my_id();
+   * own). In checked mode too, but an id no chunk carries: no thread
+   * inherits one there (no bins are kept for it), and one that took an
+   * exited thread's would be sent what others free of its chunks, held for
+   * as long as it blocks (4 MiB in a review's test). Without an id there,
+   * xmalloc-test's freeing threads sent every free alone, msg_lock and a
+   * swap on the owner's inbox each: a third of its time under
+   * hardening=max. Where no such id is left, they still do (not asked
+   * again: each asking takes the registry's lock). */
+  if (owner && owner != me && !me && !no_free_id) {
+    if (qm__cache_ensure(qm__cache_checked ? QM_WANT_UNOWNED : owner))
+      me = my_id();
+    else
+      no_free_id = qm__cache_checked;
+  }
   if (owner && owner != me && me && !qm__cache_checked) {
     /* another thread's chunk: SENT at once, its canary checked RPEND_N
      * frees from now (see rpend). The owner may be changing the entry with

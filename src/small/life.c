@@ -29,6 +29,9 @@ typedef struct qm_tcache {
   uint32_t held[QM_NCLASS];
   size_t held_bytes;
   unsigned group; /* its thread's group of the central lists */
+  /* some thread that had it took chunks for its bins (qm__cache_took): its
+   * id is on chunks that may still be live */
+  bool owned;
 } qm_tcache_t;
 
 static __thread qm_tcache_t *self __attribute__((tls_model("initial-exec")));
@@ -82,18 +85,19 @@ void (*qm__life_making_hook)(void);
 bool qm__life_cache_create(unsigned want) {
   qm_lock(&registry_lock);
   qm_tcache_t **link = &spares;
+  bool unowned = want == QM_WANT_UNOWNED;
   for (unsigned k = 0; want && *link && k < ADOPT_SCAN; k++, link = &(*link)->next)
-    if ((*link)->id == want)
+    if (unowned ? !(*link)->owned : (*link)->id == want)
       break;
-  if (!*link || (*link)->id != want)
-    link = &spares;
-  qm_tcache_t *tc = *link;
+  if (!*link || (unowned ? (*link)->owned : (*link)->id != want))
+    link = unowned ? NULL : &spares;
+  qm_tcache_t *tc = link ? *link : NULL;
   bool inherit = false;
   if (tc) {
     *link = tc->next;
     spare_bytes -= tc->held_bytes;
     tc->held_bytes = 0;
-    inherit = want && tc->id == want;
+    inherit = !unowned && want && tc->id == want;
   }
   qm_unlock(&registry_lock);
   /* not inherited: to the central lists of the exited thread's group
@@ -160,7 +164,10 @@ bool qm__life_cache_create(unsigned want) {
   registry = tc;
   nthreads++;
   qm_unlock(&registry_lock);
-  /* pthread_setspecific allocates only for keys past the first 32 */
+  /* pthread_setspecific allocates only for keys past the first 32. Set in
+   * the last round of the thread's key destructors (glibc's fourth), it is
+   * never called: the registration, its id and what its bins and outbox
+   * hold stay for good (open: no later hook runs at a thread's end) */
   if (key_ok)
     pthread_setspecific(exit_key, tc);
   return true;
@@ -192,6 +199,7 @@ static void on_thread_exit(void *arg) {
    * thread inherits an id there (its frees check at once), so no bin is
    * ever taken over */
   size_t bytes = qm__cache_save_bins(tc->held);
+  tc->owned = tc->owned || qm__cache_took();
   qm_lock(&registry_lock);
   bool keep = !qm__cache_checked && spare_bytes + bytes <= SPARE_HELD_MAX;
   if (keep)
@@ -249,10 +257,17 @@ size_t qm__life_held_bytes(void) {
   size_t bytes = 0;
   qm_lock(&registry_lock);
   bytes += spare_bytes;
-  for (qm_tcache_t *tc = registry; tc; tc = tc->next)
-    for (unsigned c = 0; c < QM_NCLASS; c++)
-      bytes += (size_t)__atomic_load_n(&tc->bin[c].count, __ATOMIC_RELAXED) * qm__class[c].size;
-  /* checked mode's counts are in each thread's TLS: not counted here */
+  /* checked mode's bins (qm__cc) are in each thread's TLS: not counted
+   * here, and its qm__bin are empty, not read either. A registration made
+   * in the last round of a thread's key destructors outlives the thread
+   * (glibc calls no destructor set in that round): its bin points into TLS
+   * that may be unmapped with the thread's stack. A free-only thread in
+   * checked mode made one there, and this read took SIGSEGV; the default
+   * profile's still may (see qm__life_cache_create's setspecific) */
+  if (!qm__cache_checked)
+    for (qm_tcache_t *tc = registry; tc; tc = tc->next)
+      for (unsigned c = 0; c < QM_NCLASS; c++)
+        bytes += (size_t)__atomic_load_n(&tc->bin[c].count, __ATOMIC_RELAXED) * qm__class[c].size;
   qm_unlock(&registry_lock);
   return bytes;
 }

@@ -249,6 +249,9 @@ bool qm__small_resize(void *p, uintptr_t ch, unsigned c, uint64_t *e, uint64_t w
 
 void qm__small_zero_sent(uintptr_t ch, unsigned c, uintptr_t canary) {
   size_t size = qm__class[c].size;
+  /* from the entry: never past the chunk, whatever it says */
+  if (QM_UNLIKELY(canary < ch || canary - ch > size - 8))
+    qm__report_bad_entry(size, ch, "canary outside its chunk");
   memset((void *)ch, 0, canary - ch);
   memset((void *)(canary + 8), 0, ch + size - canary - 8);
 }
