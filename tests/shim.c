@@ -16,6 +16,7 @@
 #include "belt.h"
 #include "cache.h"
 #include "guarded.h"
+#include "init.h"
 #include "large_record.h"
 #include "life.h"
 #include "meta.h"
@@ -81,6 +82,7 @@ size_t qmt_spare_bytes(void) { return qm__life_spare_bytes(); }
 void qmt_set_making_hook(void (*hook)(void)) { qm__life_making_hook = hook; }
 size_t qmt_inbox_waiting(unsigned id) { return qm__state_inbox_waiting(id); }
 void qmt_set_leaving_hook(void (*hook)(void)) { qm__busy_leaving_hook = hook; }
+void qmt_set_fork_hook(void (*hook)(void)) { qm__fork_hook = hook; }
 
 static qm_aged_t age_ring[8];
 static qm_age_t age_q;

@@ -130,6 +130,9 @@ size_t qmt_inbox_waiting(unsigned id);
  * applied the frees deferred under it and before the mark is cleared
  * (NULL: none), where a signal handler's free may land. */
 void qmt_set_leaving_hook(void (*hook)(void));
+/* Runs hook in fork's prepare handler once it holds every lock (NULL:
+ * none), where a signal handler's free may land. */
+void qmt_set_fork_hook(void (*hook)(void));
 
 /* Forgets the log file (option log_path) and any failure to open it. */
 void qmt_log_forget(void);

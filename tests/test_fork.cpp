@@ -391,4 +391,42 @@ TEST(Fork, ChildFreesToAClosedIdWhileASenderHeldItsLock) {
   qm_free(p[1]);
 }
 
+// A signal handler's free landing in fork's handlers, while they hold
+// every lock: it takes the nested path (the forking thread is marked busy
+// from prepare on), applied in parent and child as the handlers end.
+// Unmarked, a large chunk's free waited for good on the lock fork held. In
+// a process of its own, killed by an alarm if it hangs.
+static void *fork_victim;
+static void fork_hook_frees() {
+  qmt_set_fork_hook(nullptr); // once
+  qm_free(fork_victim);
+}
+TEST(Fork, AHandlersFreeInForksHandlersIsAppliedInParentAndChild) {
+  pid_t outer = fork();
+  ASSERT_GE(outer, 0);
+  if (outer == 0) {
+    alarm(20);
+    fork_victim = qm_malloc(200000);
+    qm_stats_t before, after;
+    qm_stats(&before);
+    qmt_set_fork_hook(fork_hook_frees);
+    pid_t pid = fork();
+    if (pid < 0)
+      _exit(10);
+    qm_stats(&after);
+    bool applied = after.large_live_chunks == before.large_live_chunks - 1;
+    if (pid == 0)
+      _exit(applied ? 0 : 11);
+    int st = 0;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+      _exit(12);
+    _exit(!applied ? 13 : WEXITSTATUS(st));
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(outer, &st, 0), outer);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+      << "status " << st << " (killed by signal 14: the free waited for fork's lock; 11: not "
+      << "applied in the child, 13: in the parent)";
+}
+
 } // namespace

@@ -62,6 +62,15 @@ _Bool qm__fork_dry, qm__fork_held;
 /* This fork interrupted a call of the forking thread into qmalloc (a
  * signal handler forked); the handlers leave everything as it is. */
 static bool fork_nested;
+/* The forking thread's busy mark, set from prepare until parent or child
+ * has given every lock back: a signal handler's free landing in fork's
+ * handlers takes the nested path, applied as the mark is cleared.
+ * Unmarked, it waited for good on a lock fork held (msg_lock, a class
+ * lock, the large side's). */
+static uintptr_t fork_was;
+#ifdef QM_TEST_HOOKS
+void (*qm__fork_hook)(void);
+#endif
 
 /* Every lock, in the order written above (or tried only, in a dry run). */
 static void fork_lock_all(void) {
@@ -106,10 +115,15 @@ static void fork_prepare(void) {
   fork_nested = fork_interrupts_self();
   if (fork_nested)
     return;
+  fork_was = qm_busy_enter();
   qm__unwind_fork_prepare(); /* first: a thread waiting at its gate holds no lock */
   /* the child's cache must hold no chunk whose canary is unchecked */
   qm__small_pend_flush();
   fork_lock_all();
+#ifdef QM_TEST_HOOKS
+  if (qm__fork_hook) /* where a signal handler may land */
+    qm__fork_hook();
+#endif
 }
 
 static void fork_parent(void) {
@@ -122,6 +136,7 @@ static void fork_parent(void) {
     qm__large_fork_parent();
     qm__guarded_fork_parent();
     qm__unwind_fork_parent();
+    qm__busy_leave_applying(fork_was);
   }
   if (_IO_list_unlock)
     _IO_list_unlock();
@@ -147,6 +162,7 @@ static void fork_child(void) {
   qm__primary_fork_child(qm__cache_group(), qm__small_regen);
   qm__large_fork_child();
   qm__guarded_fork_child();
+  qm__busy_leave_applying(fork_was);
 }
 
 static __thread bool initializing __attribute__((tls_model("initial-exec")));

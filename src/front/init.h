@@ -18,6 +18,12 @@ static inline void qm__init(void) {
     qm__init_slow();
 }
 
+#ifdef QM_TEST_HOOKS
+/* Test hook: called in fork's prepare handler once it holds every lock,
+ * as a signal handler that landed there would run. */
+extern void (*qm__fork_hook)(void);
+#endif
+
 /* While the options are read: requests go to the bootstrap arena. */
 extern __attribute__((visibility("hidden"))) int qm__booting;
 static inline bool qm__init_bootstrapping(void) {
