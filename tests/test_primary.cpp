@@ -1686,6 +1686,57 @@ TEST(MaxDeathTest, AWriteToAChunkAnotherThreadFreedIsFoundByItsOwner) {
   }
 }
 
+// hardening=max: a free re-entered from a signal handler zeroes the chunk
+// too (all but its canary), and it is checked zero when the free is
+// applied: a write to it in between is reported, whether the chunk is the
+// thread's own or another thread's (sent on). Zeroed only when applied, the
+// write was wiped unreported. The handler runs where qm_stats clears its
+// busy mark (the leaving hook); the write follows it there.
+static unsigned char *nested_victim;
+static size_t nested_at;
+static void nested_frees_then_writes() {
+  qmt_set_leaving_hook(nullptr);
+  qm_free(nested_victim); // deferred: the thread is marked busy
+  nested_victim[nested_at] = 0x5a;
+}
+TEST(MaxDeathTest, AWriteAfterAHandlersFreeIsFoundWhenTheFreeIsApplied) {
+  if (!qmt_cache_checked() || !qmt_option("zero_on_free") || !qmt_option("thread_cache"))
+    GTEST_SKIP() << "checked mode with zero_on_free and thread caches only";
+  const size_t n = 100, size = qmt_class_chunk_size(qmt_class_of(n));
+  for (int remote = 0; remote < 2; remote++) {
+    std::string re = "^" QM_LINE(QM_K_WRITE_AFTER_FREE, "@D@") "\n" QM_END;
+    std::string d = "class " + std::to_string(size) +
+                    " bytes, byte at offset 5 is 0x5a, written while the chunk was free";
+    re.replace(re.find("@D@"), 3, d);
+    EXPECT_DEATH(
+        {
+          nested_at = 5;
+          std::atomic<int> step{0};
+          std::thread owner;
+          if (remote) {
+            owner = std::thread([&] {
+              nested_victim = static_cast<unsigned char *>(qm_malloc(n));
+              memset(nested_victim, 0x77, n);
+              step = 1;
+              while (step != 2)
+                std::this_thread::yield();
+            });
+            while (step != 1)
+              std::this_thread::yield();
+          } else {
+            nested_victim = static_cast<unsigned char *>(qm_malloc(n));
+            memset(nested_victim, 0x77, n);
+          }
+          qmt_set_leaving_hook(nested_frees_then_writes);
+          qm_stats_t s;
+          qm_stats(&s); // the handler's free applied as it leaves
+          _exit(3);
+        },
+        re)
+        << (remote ? "another thread's chunk" : "the thread's own chunk");
+  }
+}
+
 // hardening=max (its own process, unit-max): a byte written anywhere in a
 // freed chunk is found when the chunk is handed out again, at its offset,
 // by each width of vector the CPU has (AVX-512F, AVX2, SSE2: the zeroing

@@ -376,16 +376,19 @@ void qm__state_drain(void) {
     if (owner && owner != me) { /* another thread's: it settles the SENT entry */
       if (qm_e_state(w) != QM_CHUNK_SENT || qm_e_gen(w) != qm_slot_gen(m))
         qm__small_late_double_free(p, w);
+      /* still zero since the handler's free, but for the canary (which
+       * its owner checks); send_free zeroes it again, for nothing */
+      if (qm__cache_checked && qm__opt.zero_on_free)
+        qm__small_check_sent_but(p - qm_e_offset(w), c, p + qm_e_size(w));
       send_free(p, w);
     } else {
       uintptr_t s = settle(m, owner, &c);
-      qm__small_release(s, c);
+      qm__small_release_sent(s, c); /* zeroed by the handler's free */
     }
   }
 }
 
 #ifdef QM_TEST_HOOKS
-void (*qm__busy_leaving_hook)(void);
 size_t qm__state_inbox_waiting(unsigned id) {
   size_t n = 0;
   for (msgb_t *b = atomic_load(&owners[id].inbox); b && b != CLOSED; b = b->next)
@@ -393,24 +396,6 @@ size_t qm__state_inbox_waiting(unsigned id) {
   return n;
 }
 #endif
-
-void qm__busy_leave_applying(uintptr_t was) {
-  if (was) /* inside another call's mark: that call applies them */
-    return;
-  for (;;) {
-    if (qm__nested_head != qm__nested_tail)
-      qm__state_drain();
-#ifdef QM_TEST_HOOKS
-    if (qm__busy_leaving_hook)
-      qm__busy_leaving_hook();
-#endif
-    qm_busy_leave(0);
-    __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    if (qm__nested_head == qm__nested_tail)
-      return;
-    qm_busy_enter();
-  }
-}
 
 uintptr_t qm__small_take_slow(unsigned c) {
   /* frees other threads sent this one come back to its bins first */
@@ -440,13 +425,17 @@ void qm__free_nested(void *p) {
   if (off < qm__pspan && (off >> qm__rshift) != QM_ZCLASS) {
     unsigned c;
     uint64_t *e, w;
-    qm__small_check(QM_OP_FREE, p, off, &c, &e, &w);
+    uintptr_t ch = qm__small_check(QM_OP_FREE, p, off, &c, &e, &w);
     /* SENT at once: a later free of p finds it and reports; a plain store
      * by the interrupted code over it is found at the refill, which expects
      * this very SENT entry of this generation */
     while (!__atomic_compare_exchange_n(e, &w, qm_e_sent(w), false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED))
-      qm__small_check(QM_OP_FREE, p, off, &c, &e, &w); /* another free won: reports */
+      ch = qm__small_check(QM_OP_FREE, p, off, &c, &e, &w); /* another free won: reports */
+    /* zeroed now, as any other thread's free (send_free), and checked zero
+     * when applied: zeroed only then, a write meanwhile was wiped */
+    if (qm__cache_checked && qm__opt.zero_on_free)
+      qm__small_zero_sent(ch, c, a + qm_e_size(w));
     m = qm_slot_make(a, qm_e_gen(w));
   }
   unsigned t = qm__nested_tail;

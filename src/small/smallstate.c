@@ -245,6 +245,30 @@ bool qm__small_resize(void *p, uintptr_t ch, unsigned c, uint64_t *e, uint64_t w
   return true;
 }
 
+/* ---- busy marks left by calls that are not refills ---- */
+
+#ifdef QM_TEST_HOOKS
+void (*qm__busy_leaving_hook)(void);
+#endif
+
+void qm__busy_leave_applying(uintptr_t was) {
+  if (was) /* inside another call's mark: that call applies them */
+    return;
+  for (;;) {
+    if (qm__nested_head != qm__nested_tail)
+      qm__state_drain();
+#ifdef QM_TEST_HOOKS
+    if (qm__busy_leaving_hook)
+      qm__busy_leaving_hook();
+#endif
+    qm_busy_leave(0);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (qm__nested_head == qm__nested_tail)
+      return;
+    qm_busy_enter();
+  }
+}
+
 /* ---- release ---- */
 
 void qm__small_zero_sent(uintptr_t ch, unsigned c, uintptr_t canary) {
@@ -257,6 +281,14 @@ void qm__small_zero_sent(uintptr_t ch, unsigned c, uintptr_t canary) {
 }
 
 void qm__small_check_sent(uintptr_t ch, unsigned c) { check_zero(ch, c); }
+
+void qm__small_check_sent_but(uintptr_t ch, unsigned c, uintptr_t canary) {
+  size_t size = qm__class[c].size;
+  const unsigned char *q = (const unsigned char *)ch;
+  for (size_t i = 0; i < size; i++)
+    if (q[i] && (ch + i < canary || ch + i >= canary + 8))
+      qm__small_zero_error(ch, c, i);
+}
 
 static void release(uintptr_t slot, unsigned c, bool zeroed) {
   if (qm__cache_checked) {

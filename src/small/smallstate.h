@@ -114,6 +114,9 @@ void qm__small_release(uintptr_t slot, unsigned c);
  * waits in an outbox or inbox is reported, as a write after free. */
 void qm__small_zero_sent(uintptr_t ch, unsigned c, uintptr_t canary);
 void qm__small_check_sent(uintptr_t ch, unsigned c);
+/* The same before the canary at `canary` is cleared (a free re-entered
+ * from a signal handler, sent on): every byte but the canary's zero. */
+void qm__small_check_sent_but(uintptr_t ch, unsigned c, uintptr_t canary);
 /* qm__small_release of a settled chunk (a free sent by another thread):
  * in checked mode with zero_on_free, checked zero instead of zeroed. */
 void qm__small_release_sent(uintptr_t slot, unsigned c);
