@@ -59,9 +59,12 @@ extern void _IO_list_unlock(void) __attribute__((weak));
 extern char __libc_single_threaded __attribute__((weak));
 
 _Bool qm__fork_dry, qm__fork_held;
-/* This fork interrupted a call of the forking thread into qmalloc (a
- * signal handler forked); the handlers leave everything as it is. */
-static bool fork_nested;
+/* Forks that interrupted a call of the forking thread into qmalloc (a
+ * signal handler forked), fork's own handlers among them; their handlers
+ * leave everything as it is. A depth, not a flag: set by a fork inside
+ * fork's handlers, a flag made the outer fork's parent keep every lock
+ * (a single-threaded process hung on its next malloc). */
+static unsigned fork_nested;
 /* The forking thread's busy mark, set from prepare until parent or child
  * has given every lock back: a signal handler's free landing in fork's
  * handlers takes the nested path, applied as the mark is cleared.
@@ -91,10 +94,10 @@ static void fork_lock_all(void) {
  * more threads the locks are taken as always: a fork from a handler that
  * interrupted qmalloc there is beyond what fork promises (POSIX.1-2008 TC2
  * made fork not async-signal-safe; _Fork is). */
-static bool fork_interrupts_self(void) {
+static bool fork_interrupts_self(uintptr_t was) {
   if (!&__libc_single_threaded || !__libc_single_threaded)
     return false;
-  if (qm__freeing || qm__unwind_busy())
+  if (was || qm__unwind_busy())
     return true;
   qm__fork_held = 0;
   qm__fork_dry = 1;
@@ -112,10 +115,16 @@ static void fork_prepare(void) {
   fork_stdio_single = &__libc_single_threaded && __libc_single_threaded;
   if (_IO_list_lock)
     _IO_list_lock();
-  fork_nested = fork_interrupts_self();
-  if (fork_nested)
+  /* marked before the dry run: a handler that forks in it is nested, and
+   * leaves qm__fork_dry alone (it cleared it under the outer run, which
+   * then took the locks for real and waited for itself at the next) */
+  uintptr_t was = qm_busy_enter();
+  if (fork_interrupts_self(was)) {
+    qm_busy_leave(was);
+    fork_nested++;
     return;
-  fork_was = qm_busy_enter();
+  }
+  fork_was = was;
   qm__unwind_fork_prepare(); /* first: a thread waiting at its gate holds no lock */
   /* the child's cache must hold no chunk whose canary is unchecked */
   qm__small_pend_flush();
@@ -127,7 +136,9 @@ static void fork_prepare(void) {
 }
 
 static void fork_parent(void) {
-  if (!fork_nested) {
+  if (fork_nested) {
+    fork_nested--;
+  } else {
     qm__state_fork_parent();
     qm__life_fork_parent();
     qm_unlock(&qm__meta_lock);
@@ -151,6 +162,7 @@ static void fork_child(void) {
   qm__random_fork_child(); /* before anything in the child draws */
   qm_os_fork_child();
   if (fork_nested) {
+    fork_nested--;
     qm__unwind_fork_child_nested();
     return;
   }
