@@ -565,6 +565,53 @@ TEST(Primary, InCheckedModeAFreeOnlyThreadTakesAnIdNoChunkCarries) {
   EXPECT_EQ(g_id, f_id) << "the exited free-only thread's id, taken again";
 }
 
+// ... and an id that went onto chunks without a refill is not taken again:
+// a free-only thread's bins fill with chunks no thread owns (malloc'd where
+// a thread had no cache: late in a key destructor), and its mallocs hand
+// them out under its id, malloc(0) first (no refill). Counted only at
+// refills, the id stayed "carries none", and the next free-only thread
+// took it with the chunks (120 sent to it here; a review's test).
+static void *late_chunks[640];
+static void late_mallocs(void *) {
+  for (void *&q : late_chunks)
+    q = qm_malloc(40);
+}
+TEST(Primary, InCheckedModeAnIdHandedOutWithoutARefillIsNotTakenAgain) {
+  if (!qmt_cache_checked() || !qmt_option("thread_cache") || qmt_option("guard_all"))
+    GTEST_SKIP() << "checked mode with thread caches only";
+  pthread_key_t key;
+  ASSERT_EQ(pthread_key_create(&key, late_mallocs), 0);
+  void *m1 = qm_malloc(48), *m2 = qm_malloc(48);
+  std::thread([&] {
+    qm_free(qm_malloc(16));
+    pthread_setspecific(key, (void *)1); // mallocs after its cache is gone
+  }).join();
+  pthread_key_delete(key);
+  ASSERT_EQ(qmt_entry(late_chunks[0]).owner, 0u) << "no thread owns them";
+  std::vector<void *> carried;
+  unsigned u_id = 0, f_id = 0;
+  std::thread([&] {
+    qm_free(m1); // free-only: an id no chunk carries
+    u_id = qmt_owner_id();
+    qm_free(qm_malloc(0)); // no refill
+    for (void *q : late_chunks)
+      qm_free(q); // into its own bins
+    for (int i = 0; i < 120; i++)
+      carried.push_back(qm_malloc(40));
+  }).join();
+  size_t carry = 0;
+  for (void *q : carried)
+    carry += qmt_entry(q).owner == u_id;
+  std::thread([&] {
+    qm_free(m2);
+    f_id = qmt_owner_id();
+  }).join();
+  for (void *q : carried)
+    qm_free(q);
+  ASSERT_GT(carry, 0u) << "the first free-only thread's id went onto chunks";
+  EXPECT_NE(f_id, u_id) << "the next free-only thread took an id " << carry << " live chunks carry";
+}
+
 // A thread whose first act is to free what an exited thread allocated (a
 // successor in a hand-off) takes that thread's id, though another exited
 // later: the chunks are its own, freed as the owner frees them, not each
@@ -1045,6 +1092,58 @@ TEST(Primary, AHandlersFreeInsideStatsDoesNotWaitForItsLocks) {
     t.join();
   }
   sigaction(SIGRTMIN + 3, &old, nullptr);
+}
+
+// The same for a large calloc, aligned_alloc and realloc, which take the
+// large side's lock outside malloc's slow path: marked busy too, a
+// handler's free of a large chunk landing in them is deferred. Unmarked,
+// it waited for good on the lock the interrupted call held (a review's
+// stress hung within seconds).
+static void *volatile large_slot;
+static void free_large_slot(int) {
+  void *p = large_slot;
+  large_slot = nullptr;
+  qm_free(p);
+}
+TEST(Primary, AHandlersFreeInsideALargeCallocOrAlignedAllocDoesNotWaitForItsLock) {
+  struct sigaction sa = {}, old = {};
+  sa.sa_handler = free_large_slot;
+  ASSERT_EQ(sigaction(SIGRTMIN + 4, &sa, &old), 0);
+  std::atomic<bool> done{false}, quit{false};
+  std::thread t([&] {
+    void *r = nullptr;
+    for (long i = 0; i < 100000; i++) {
+      size_t n = 100000 + (size_t)i % 50000;
+      void *p = i % 3 == 0   ? qm_calloc(1, n)
+                : i % 3 == 1 ? qm_aligned_alloc(4096, n)
+                             : (r = qm_realloc(r, n + 4096 * (size_t)(i % 7)));
+      if (i % 3 == 2)
+        continue;
+      if (!large_slot)
+        large_slot = p;
+      else
+        qm_free(p);
+    }
+    qm_free(r);
+    done = true;
+    while (!quit)
+      std::this_thread::yield();
+  });
+  for (int ms = 0; ms < 20000 && !done; ms++)
+    for (int k = 0; k < 10 && !done; k++) {
+      pthread_kill(t.native_handle(), SIGRTMIN + 4);
+      usleep(100);
+    }
+  bool finished = done;
+  quit = true;
+  if (!finished) {
+    t.detach();
+    FAIL() << "the thread in a large calloc, aligned_alloc or realloc waits for good";
+  }
+  t.join();
+  qm_free(large_slot);
+  large_slot = nullptr;
+  sigaction(SIGRTMIN + 4, &old, nullptr);
 }
 
 // The frees a handler's free deferred there (the thread marked busy) are

@@ -69,14 +69,24 @@ static QM_COLD void *sampled_malloc(size_t n) {
    * slot of the zero-size region, whose every byte faults, not 16 bytes of
    * a guarded slot (fuzz-api caught one at sample_rate's default). Under
    * guard_all every allocation is guarded, malloc(0) too. */
-  if (qm__sample_due() && (n || qm__opt.guard_all)) {
-    void *g = qm__guarded_alloc(n, 0);
-    if (g)
-      return g;
-  }
   uintptr_t was = qm_busy_enter();
-  void *p = small_alloc_plain(n, 0);
-  qm_busy_leave(was);
+  void *p = NULL;
+  if (qm__sample_due() && (n || qm__opt.guard_all))
+    p = qm__guarded_alloc(n, 0);
+  if (!p)
+    p = small_alloc_plain(n, 0);
+  qm__busy_leave_applying(was);
+  return p;
+}
+
+/* A large chunk for a call that is not malloc's slow path (calloc, the
+ * aligned family), marked busy as that path is: a signal handler's free of
+ * a large or guarded chunk landing in it takes the nested path. Unmarked,
+ * it waited for good on the large side's lock the interrupted call held. */
+static void *large_alloc_marked(size_t n, size_t align, bool zero) {
+  uintptr_t was = qm_busy_enter();
+  void *p = qm__large_alloc(n, align, zero);
+  qm__busy_leave_applying(was);
   return p;
 }
 
@@ -95,7 +105,7 @@ QM_COLD void *qm__malloc_slow(size_t n) {
     p = small_alloc(n, 0);
   else
     p = qm__large_alloc(n, 0, false);
-  qm_busy_leave(was);
+  qm__busy_leave_applying(was);
   return p;
 }
 
@@ -226,7 +236,7 @@ QM_EXPORT void *qm_calloc(size_t nmemb, size_t size) {
     return enomem();
   qm__init();
   if (n >= qm__small_limit && !qm__init_bootstrapping())
-    return qm__large_alloc(n, 0, true);
+    return large_alloc_marked(n, 0, true);
   void *p = qm_malloc(n);
   /* chunks checked to be zero at hand-out need no memset */
   if (p && n && !(qm__cache_checked && qm__opt.zero_on_free))
@@ -252,10 +262,10 @@ static void *aligned(size_t align, size_t n) {
   if (aligned_is_small(n, align)) {
     uintptr_t was = qm_busy_enter();
     void *p = small_alloc(n, align);
-    qm_busy_leave(was);
+    qm__busy_leave_applying(was);
     return p;
   }
-  return qm__large_alloc(n, align, false);
+  return large_alloc_marked(n, align, false);
 }
 
 QM_EXPORT int qm_posix_memalign(void **out, size_t align, size_t n) {
@@ -418,8 +428,17 @@ QM_EXPORT void *qm_realloc(void *p, size_t n) {
      * below checks it again */
     old_usable = qm_e_size(w);
   } else {
-    if (off >= qm__pspan && !qm__boot_owns(p) && !qm_guarded_owns(p) && n >= qm__small_limit)
-      return qm__large_realloc(p, n);
+    if (off >= qm__pspan && !qm__boot_owns(p) && !qm_guarded_owns(p) && n >= qm__small_limit) {
+      /* marked as the small resize is: a handler's free of p reports,
+       * any other takes the nested path (it waited on the large side's
+       * lock) */
+      uintptr_t was = qm__freeing;
+      if (!was)
+        qm_freeing_set((uintptr_t)p | QM_REALLOCING);
+      void *q = qm__large_realloc(p, n);
+      qm__busy_leave_applying(was);
+      return q;
+    }
     old_usable = held_of(QM_OP_REALLOC, p).usable;
   }
   /* a move: everything the program may have written comes along */
