@@ -570,8 +570,14 @@ void qm__small_free_general(void *p, uintptr_t off) {
    * xmalloc-test's freeing threads sent every free alone, msg_lock and a
    * swap on the owner's inbox each: a third of its time under
    * hardening=max. Where no such id is left, they still do (not asked
-   * again: each asking takes the registry's lock). */
-  if (owner && owner != me && !me && !no_free_id) {
+   * again: each asking takes the registry's lock). Only for a live owner's
+   * chunk: a successor freeing what an exited thread left (larson) applies
+   * those under the closed id's lock anyway, and took a fresh id, and a
+   * fresh registration, at each thread's start (peak RSS 1.33 -> 2.38x
+   * jemalloc's under max). */
+  if (owner && owner != me && !me && !no_free_id &&
+      (!qm__cache_checked ||
+       atomic_load_explicit(&owners[owner].inbox, memory_order_relaxed) != CLOSED)) {
     if (qm__cache_ensure(qm__cache_checked ? QM_WANT_UNOWNED : owner))
       me = my_id();
     else
