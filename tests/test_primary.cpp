@@ -1117,63 +1117,6 @@ TEST(Primary, AHandlersFreeInsideStatsDoesNotWaitForItsLocks) {
   sigaction(SIGRTMIN + 3, &old, nullptr);
 }
 
-// The same for a large calloc, aligned_alloc and realloc, which take the
-// large side's lock outside malloc's slow path: marked busy too, a
-// handler's free of a large chunk landing in them is deferred. Unmarked,
-// it waited for good on the lock the interrupted call held (a review's
-// stress hung within seconds).
-static void *volatile large_slot;
-static void free_large_slot(int) {
-  void *p = large_slot;
-  large_slot = nullptr;
-  qm_free(p);
-}
-TEST(Primary, AHandlersFreeInsideALargeCallocOrAlignedAllocDoesNotWaitForItsLock) {
-  // qemu-user: 1 run in 3 of the deferred-free test hung there (main and
-  // the signalled thread both waiting on the large side's lock word; never
-  // natively, 30 of 30 runs and every suite); the hook tests cover the
-  // same windows under emulation
-  QMT_SKIP_IF_EMULATED("real signals at a thread in emulated lock waits");
-  struct sigaction sa = {}, old = {};
-  sa.sa_handler = free_large_slot;
-  ASSERT_EQ(sigaction(SIGRTMIN + 4, &sa, &old), 0);
-  std::atomic<bool> done{false}, quit{false};
-  std::thread t([&] {
-    void *r = nullptr;
-    for (long i = 0; i < 100000; i++) {
-      size_t n = 100000 + (size_t)i % 50000;
-      void *p = i % 3 == 0   ? qm_calloc(1, n)
-                : i % 3 == 1 ? qm_aligned_alloc(4096, n)
-                             : (r = qm_realloc(r, n + 4096 * (size_t)(i % 7)));
-      if (i % 3 == 2)
-        continue;
-      if (!large_slot)
-        large_slot = p;
-      else
-        qm_free(p);
-    }
-    qm_free(r);
-    done = true;
-    while (!quit)
-      std::this_thread::yield();
-  });
-  for (int ms = 0; ms < 20000 && !done; ms++)
-    for (int k = 0; k < 10 && !done; k++) {
-      pthread_kill(t.native_handle(), SIGRTMIN + 4);
-      usleep(100);
-    }
-  bool finished = done;
-  quit = true;
-  if (!finished) {
-    t.detach();
-    FAIL() << "the thread in a large calloc, aligned_alloc or realloc waits for good";
-  }
-  t.join();
-  qm_free(large_slot);
-  large_slot = nullptr;
-  sigaction(SIGRTMIN + 4, &old, nullptr);
-}
-
 // The frees a handler's free deferred there (the thread marked busy) are
 // applied before mallinfo2 returns: on a thread that never mallocs there
 // is no refill to apply them at, and a large chunk freed so stayed in use.
