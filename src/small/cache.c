@@ -233,14 +233,12 @@ bool qm__cache_ensure(unsigned want) {
 static bool have_cache(void) { return qm__cache_ensure(0); }
 
 __thread bool qm__took __attribute__((tls_model("initial-exec")));
-bool qm__cache_took(void) { return qm__took; }
 
 uintptr_t qm__cache_take_slow(unsigned c) {
   if (!have_cache()) {
     uintptr_t one;
     return qm__central_take(c, group, &one, 1, true) ? one : 0;
   }
-  qm__took = true;
   if (qm__opt.free_delay) {
     ring_tick(c);
     adopt(c);
@@ -266,7 +264,6 @@ void qm__cache_put_full(unsigned c, uintptr_t chunk) { bin_put(c, chunk); }
 
 uintptr_t qm__cache_refill_checked(unsigned c) {
   qm_checked_t *k = &qm__cc[c];
-  qm__took = true;
   if (qm__opt.free_delay)
     adopt(c);
   k->count = qm__central_take(c, group, k->slot, (qm__class[c].cache_max + 1) / 2, false);

@@ -247,12 +247,11 @@ QM_INLINE void qm_cache_give_checked(uintptr_t chunk, unsigned c, size_t size) {
  * (qm__small_up.cache_create, life.c). */
 #define QM_WANT_UNOWNED (~0u)
 bool qm__cache_ensure(unsigned want);
-/* Whether the thread has handed out a chunk under its id, or taken chunks
- * for its bins from the central lists (set at both: a checked thread's
- * bins fill without a refill from its frees of chunks no thread owns).
- * Checked mode's hand-outs only: the default profile's fast path leaves it,
- * and only checked mode asks (QM_WANT_UNOWNED). */
-bool qm__cache_took(void);
+/* Whether the thread has handed out a chunk under its id: set at checked
+ * mode's hand-outs (hand_out_checked, qm__small_hand_out), not at refills
+ * (a checked thread's bins also fill from its frees of chunks no thread
+ * owns). The default profile's fast path leaves it: only checked mode asks
+ * (QM_WANT_UNOWNED). */
 extern QM_HIDDEN __thread bool qm__took __attribute__((tls_model("initial-exec")));
 
 /* For the thread life cycle (life.c): the thread's bins over slot storage

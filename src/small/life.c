@@ -29,8 +29,8 @@ typedef struct qm_tcache {
   uint32_t held[QM_NCLASS];
   size_t held_bytes;
   unsigned group; /* its thread's group of the central lists */
-  /* some thread that had it took chunks for its bins (qm__cache_took): its
-   * id is on chunks that may still be live */
+  /* some thread that had it handed out a chunk (qm__took): its id is on
+   * chunks that may still be live */
   bool owned;
 } qm_tcache_t;
 
@@ -199,7 +199,7 @@ static void on_thread_exit(void *arg) {
    * thread inherits an id there (its frees check at once), so no bin is
    * ever taken over */
   size_t bytes = qm__cache_save_bins(tc->held);
-  tc->owned = tc->owned || qm__cache_took();
+  tc->owned = tc->owned || qm__took;
   qm_lock(&registry_lock);
   bool keep = !qm__cache_checked && spare_bytes + bytes <= SPARE_HELD_MAX;
   if (keep)

@@ -420,7 +420,7 @@ void qm__small_pend_flush(void) {
  * owner and state bits from qm__me, as the default fast path has them. */
 QM_INLINE void *hand_out_checked(uintptr_t s, unsigned c, size_t n) {
   uintptr_t ch = qm_slot_chunk(s), roff = ch - qm_region(c);
-  qm__took = true; /* its id on a chunk: see qm__cache_took */
+  qm__took = true; /* its id on a chunk: see cache.h */
   if (QM_UNLIKELY(roff >= qm_committed(c)))
     qm__small_bad_pop(ch, c);
   uint64_t *e = qm_entry_at(c, qm_chunk_index(roff, c)), w = qm_entry_load(e);
