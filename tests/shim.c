@@ -83,6 +83,8 @@ void qmt_set_making_hook(void (*hook)(void)) { qm__life_making_hook = hook; }
 size_t qmt_inbox_waiting(unsigned id) { return qm__state_inbox_waiting(id); }
 void qmt_set_leaving_hook(void (*hook)(void)) { qm__busy_leaving_hook = hook; }
 void qmt_set_fork_hook(void (*hook)(void)) { qm__fork_hook = hook; }
+void qmt_lock_watch(bool on) { qm__lock_watch(on); }
+unsigned qmt_lock_unmarked(const char **file, int *line) { return qm__lock_unmarked(file, line); }
 
 static qm_aged_t age_ring[8];
 static qm_age_t age_q;

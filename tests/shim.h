@@ -133,6 +133,12 @@ void qmt_set_leaving_hook(void (*hook)(void));
 /* Runs hook in fork's prepare handler once it holds every lock (NULL:
  * none), where a signal handler's free may land. */
 void qmt_set_fork_hook(void (*hook)(void));
+/* From qmt_lock_watch(true) on, the calling thread counts the locks qmalloc
+ * takes for it while it is not marked busy (its exit included), where a signal handler's free
+ * landing could wait for good on the lock held; qmt_lock_unmarked gives the
+ * count and where the first was taken. */
+void qmt_lock_watch(bool on);
+unsigned qmt_lock_unmarked(const char **file, int *line);
 
 /* Forgets the log file (option log_path) and any failure to open it. */
 void qmt_log_forget(void);

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "util.h"
@@ -510,6 +511,78 @@ TEST(Api, DescribeKnowsEveryKindOfChunk) {
   qm_free(s);
   d = describe(s + 8);
   EXPECT_TRUE(starts(d, "use-after-free: offset 8 in freed small chunk of 100 bytes (class ")) << d;
+}
+
+// A signal handler's free lands wherever its thread is; while the thread
+// holds one of qmalloc's locks unmarked, the free is applied at once and
+// may wait for good on that lock (a shrink of a large chunk by realloc
+// hung so under a timer's frees: its lookup held the large side's lock).
+// Every call of the family, on every kind of chunk, is held to taking
+// its locks marked busy, where a handler's free takes the nested path.
+// Each runs on a thread of its own, from its first call to its exit's
+// destructors.
+static void expect_every_lock_marked(const char *what, void (*calls)()) {
+  unsigned n = 0;
+  const char *file = nullptr;
+  int line = 0;
+  std::thread t([&] {
+    qmt_lock_watch(true);
+    calls();
+  });
+  t.join();
+  n = qmt_lock_unmarked(&file, &line);
+  EXPECT_EQ(n, 0u) << what << ": " << n << " locks taken unmarked, the first at "
+                   << (file ? file : "?") << ":" << line;
+}
+
+TEST(Api, EveryCallTakesItsLocksMarkedBusy) {
+  expect_every_lock_marked("malloc and free", [] {
+    for (size_t n : {0ul, 1ul, 100ul, 5000ul, 100000ul, 300000ul, 4000000ul}) {
+      void *p = qm_malloc(n);
+      qm_free(p);
+    }
+  });
+  expect_every_lock_marked("calloc and the aligned family", [] {
+    for (size_t n : {10ul, 3000ul, 200000ul}) {
+      qm_free(qm_calloc(1, n));
+      qm_free(qm_aligned_alloc(64, n));
+      qm_free(qm_aligned_alloc(65536, n));
+      qm_free(qm_memalign(4096, n));
+      qm_free(qm_valloc(n));
+      qm_free(qm_pvalloc(n));
+      void *p = nullptr;
+      if (!qm_posix_memalign(&p, 256, n))
+        qm_free(p);
+    }
+  });
+  expect_every_lock_marked("realloc", [] {
+    // small to small (in place and moved), small to large, large in
+    // place, large to a larger move, large to small, and to zero
+    void *p = qm_realloc(nullptr, 100);
+    for (size_t n : {120ul, 3000ul, 200000ul, 210000ul, 3000000ul, 100000ul, 50ul, 300000ul})
+      p = qm_realloc(p, n);
+    p = qm_reallocarray(p, 10, 30);
+    qm_realloc(p, 0);
+  });
+  expect_every_lock_marked("sizes and sized frees", [] {
+    for (size_t n : {0ul, 24ul, 2000ul, 200000ul}) {
+      void *p = qm_malloc(n);
+      (void)qm_malloc_usable_size(p);
+      (void)qm_malloc_object_size(p);
+      qm_free_sized(p, n);
+      p = qm_aligned_alloc(64, n);
+      qm_free_aligned_sized(p, 64, n);
+    }
+  });
+  expect_every_lock_marked("stats, trim and describe", [] {
+    void *l = qm_malloc(300000);
+    char buf[128];
+    (void)qm_describe(l, buf, sizeof buf);
+    qm_free(l);
+    (void)qm_describe(l, buf, sizeof buf);
+    (void)qm_mallinfo2();
+    (void)qm_malloc_trim(0);
+  });
 }
 
 } // namespace

@@ -216,10 +216,12 @@ QM_EXPORT void qm_free(void *p) {
     return;
   }
   if (p) {
-    /* large and guarded frees take locks: a handler's free must not */
+    /* large and guarded frees take locks: a handler's free must not; what
+     * handlers deferred meanwhile is applied as the mark is left (a thread
+     * that only frees large chunks has no other place to apply it) */
     qm_freeing_set(a);
     large_free(p);
-    qm_freeing_clear();
+    qm__busy_leave_applying(0);
   }
 }
 
@@ -325,26 +327,39 @@ typedef struct held {
   bool large;
 } held_t;
 
-static held_t held_of(qm_op_t op, void *p) {
+/* The lookups of the kinds that keep their state under a lock (zero-size,
+ * start-up, sampled, large): marked busy, so that a signal handler's free landing
+ * while the lock is held takes the nested path instead of waiting on it
+ * (realloc's shrink of a large chunk hung so under a timer's frees). */
+static QM_COLD held_t held_locked(qm_op_t op, void *p) {
+  uintptr_t was = qm_busy_enter();
+  held_t h;
   uintptr_t off = (uintptr_t)p - qm__pbase;
   if (off < qm__pspan) {
-    if ((off >> qm__rshift) == QM_ZCLASS)
-      return (held_t){qm__zero_check(op, p), 0, QM_MIN_ALIGN, QM_CK_ZERO, false};
+    h = (held_t){qm__zero_check(op, p), 0, QM_MIN_ALIGN, QM_CK_ZERO, false};
+  } else if (qm__boot_owns(p)) {
+    size_t n = qm__boot_size(p, op);
+    h = (held_t){n, n, QM_MIN_ALIGN, QM_CK_BOOT, false};
+  } else if (qm_guarded_owns(p)) {
+    size_t align, n = qm__guarded_size(p, op, &align);
+    h = (held_t){n, n, align, QM_CK_SAMPLED, false};
+  } else {
+    size_t align, n = qm__large_held(p, op, &align);
+    h = (held_t){n, qm__large_usable(p, op), align, QM_CK_LARGE, true};
+  }
+  qm__busy_leave_applying(was);
+  return h;
+}
+
+static held_t held_of(qm_op_t op, void *p) {
+  uintptr_t off = (uintptr_t)p - qm__pbase;
+  if (off < qm__pspan && (off >> qm__rshift) != QM_ZCLASS) {
     unsigned c;
     uint64_t *e, w;
     qm__small_check(op, p, off, &c, &e, &w);
     return (held_t){qm_e_size(w), qm_e_size(w), qm_e_align(w), QM_CK_SMALL, false};
   }
-  if (qm__boot_owns(p)) {
-    size_t n = qm__boot_size(p, op);
-    return (held_t){n, n, QM_MIN_ALIGN, QM_CK_BOOT, false};
-  }
-  if (qm_guarded_owns(p)) {
-    size_t align, n = qm__guarded_size(p, op, &align);
-    return (held_t){n, n, align, QM_CK_SAMPLED, false};
-  }
-  size_t align, n = qm__large_held(p, op, &align);
-  return (held_t){n, qm__large_usable(p, op), align, QM_CK_LARGE, true};
+  return held_locked(op, p);
 }
 
 QM_EXPORT size_t qm_malloc_usable_size(void *p) {
@@ -396,6 +411,16 @@ QM_EXPORT void qm_free_sized(void *p, size_t size) {
   qm__free_checked("free_sized", p, 0, size, QM_FREE_SIZED);
 }
 
+/* Leaves realloc's mark (set whatever mark was there): back to was inside
+ * another call's, which applies what handlers deferred; else cleared,
+ * applying them. */
+static void realloc_leave(uintptr_t was) {
+  if (was)
+    qm_freeing_restore(was);
+  else
+    qm__busy_leave_applying(0);
+}
+
 QM_EXPORT void *qm_realloc(void *p, size_t n) {
   if (!p)
     return qm_malloc(n);
@@ -403,49 +428,40 @@ QM_EXPORT void *qm_realloc(void *p, size_t n) {
     qm_free(p);
     return NULL;
   }
-  uintptr_t off = (uintptr_t)p - qm__pbase;
+  /* p | QM_REALLOCING from the lookup to the end of the resize or of the
+   * move's copy: a free of p from a signal handler in between reports (a
+   * resize's store would undo it, a copy read a freed chunk), any other
+   * takes the nested path, applied as the mark is left, and the lookups of
+   * the kinds kept under a lock wait on no handler. Not held across the
+   * move's free of p, which would find it. */
+  uintptr_t was = qm__freeing, off = (uintptr_t)p - qm__pbase;
+  qm_freeing_set((uintptr_t)p | QM_REALLOCING);
   size_t old_usable;
   if (off < qm__pspan && (off >> qm__rshift) != QM_ZCLASS) {
     unsigned c;
     uint64_t *e, w;
-    /* from the check to the resize: a free of p from a signal handler in
-     * between would find the entry live and be undone by the resize's
-     * store (its chunk then handed out while realloc's caller holds it);
-     * marked, it reports, and any other free from a handler takes the
-     * nested path. Not held across the move below, which calls free. */
-    uintptr_t was = qm__freeing;
-    qm_freeing_set((uintptr_t)p | QM_REALLOCING);
     uintptr_t ch = qm__small_check(QM_OP_REALLOC, p, off, &c, &e, &w);
     size_t cap = qm__class[c].size - QM_CANARY - qm_e_offset(w);
     /* in place while it fits, canary included, wastes at most half the
      * chunk, and this thread may change the entry */
-    bool resized =
-        n <= cap && n >= cap / 2 && n < qm__small_limit && qm__small_resize(p, ch, c, e, w, n);
-    qm_freeing_restore(was);
-    if (resized)
+    if (n <= cap && n >= cap / 2 && n < qm__small_limit && qm__small_resize(p, ch, c, e, w, n)) {
+      realloc_leave(was);
       return p;
-    /* checked just now (held_of would check it a second time); the free
-     * below checks it again */
-    old_usable = qm_e_size(w);
-  } else {
-    if (off >= qm__pspan && !qm__boot_owns(p) && !qm_guarded_owns(p) && n >= qm__small_limit) {
-      /* marked as the small resize is: a handler's free of p reports,
-       * any other takes the nested path (it waited on the large side's
-       * lock) */
-      uintptr_t was = qm__freeing;
-      if (!was)
-        qm_freeing_set((uintptr_t)p | QM_REALLOCING);
-      void *q = qm__large_realloc(p, n);
-      qm__busy_leave_applying(was);
-      return q;
     }
+    old_usable = qm_e_size(w); /* checked just now: the free below checks it again */
+  } else if (off >= qm__pspan && !qm__boot_owns(p) && !qm_guarded_owns(p) && n >= qm__small_limit) {
+    void *q = qm__large_realloc(p, n);
+    realloc_leave(was);
+    return q;
+  } else {
     old_usable = held_of(QM_OP_REALLOC, p).usable;
   }
-  /* a move: everything the program may have written comes along */
   void *q = qm_malloc(n);
+  if (q) /* everything the program may have written comes along */
+    memcpy(q, p, old_usable < n ? old_usable : n);
+  realloc_leave(was);
   if (!q)
     return NULL;
-  memcpy(q, p, old_usable < n ? old_usable : n);
   qm_free(p);
   return q;
 }
@@ -475,7 +491,9 @@ QM_EXPORT size_t qm_malloc_object_size(const void *ptr) {
   }
   if (!ptr || qm__boot_owns(ptr))
     return SIZE_MAX;
-  if (qm_guarded_owns(ptr))
-    return qm__guarded_object_size(a);
-  return qm__large_object_size(a);
+  /* marked: both look under a lock a handler's free may need */
+  uintptr_t was = qm_busy_enter();
+  size_t r = qm_guarded_owns(ptr) ? qm__guarded_object_size(a) : qm__large_object_size(a);
+  qm__busy_leave_applying(was);
+  return r;
 }

@@ -250,6 +250,31 @@ bool qm__small_resize(void *p, uintptr_t ch, unsigned c, uint64_t *e, uint64_t w
 
 #ifdef QM_TEST_HOOKS
 void (*qm__busy_leaving_hook)(void);
+
+/* lock.h's note of a lock taken unmarked, by the thread that asked (a
+ * test's own: what gtest's threads do is not counted), to its exit's
+ * destructors included: the count outlives it */
+static __thread bool lock_watch;
+static _Atomic unsigned lock_unmarked;
+static const char *lock_first_file;
+static int lock_first_line;
+void qm__lock_note(const char *file, int line) {
+  if (!lock_watch || qm__freeing)
+    return;
+  if (!atomic_fetch_add(&lock_unmarked, 1)) {
+    lock_first_file = file;
+    lock_first_line = line;
+  }
+}
+void qm__lock_watch(bool on) {
+  lock_watch = on;
+  atomic_store(&lock_unmarked, 0);
+}
+unsigned qm__lock_unmarked(const char **file, int *line) {
+  *file = lock_first_file;
+  *line = lock_first_line;
+  return lock_unmarked;
+}
 #endif
 
 void qm__busy_leave_applying(uintptr_t was) {

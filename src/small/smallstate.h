@@ -174,6 +174,11 @@ size_t qm__state_inbox_waiting(unsigned id);
 /* Test hook: called by qm__busy_leave_applying after its check and before
  * the mark is cleared, as a signal handler that landed there would run. */
 extern void (*qm__busy_leaving_hook)(void);
+/* Test hook: from qm__lock_watch(true) on, the calling thread counts the
+ * locks it takes unmarked (lock.h), its exit included; qm__lock_unmarked
+ * gives the count and where the first was taken. */
+void qm__lock_watch(bool on);
+unsigned qm__lock_unmarked(const char **file, int *line);
 #endif
 /* malloc's refill of class c (qm__cache_take_slow) once what other threads
  * sent this one is back in its bins. */
