@@ -1117,6 +1117,68 @@ TEST(Primary, AHandlersFreeInsideStatsDoesNotWaitForItsLocks) {
   sigaction(SIGRTMIN + 3, &old, nullptr);
 }
 
+// The same for the calls outside malloc's slow path that take the large
+// side's lock: a large calloc, aligned_alloc and realloc (a shrink to a
+// small chunk included), malloc_usable_size and sized frees. Marked busy, a
+// handler's free of a large chunk landing in them is deferred; unmarked, it
+// waited for good on the lock the interrupted call held (the calloc and
+// aligned_alloc hung within seconds so; the realloc's shrink 1 run in 10,
+// on its lookup: Api.EveryCallTakesItsLocksMarkedBusy holds every call to
+// it without signals).
+static void *volatile large_slot;
+static void free_large_slot(int) {
+  void *p = large_slot;
+  large_slot = nullptr;
+  qm_free(p);
+}
+TEST(Primary, AHandlersFreeInsideALargeCallOtherThanMallocDoesNotWaitForItsLock) {
+  QMT_SKIP_IF_EMULATED("real signals at a thread in emulated lock waits");
+  struct sigaction sa = {}, old = {};
+  sa.sa_handler = free_large_slot;
+  ASSERT_EQ(sigaction(SIGRTMIN + 4, &sa, &old), 0);
+  std::atomic<bool> done{false}, quit{false};
+  std::thread t([&] {
+    void *r = nullptr;
+    for (long i = 0; i < 60000; i++) {
+      // 100,000 to 175,000 bytes: the realloc moves between large and
+      // small chunks (below 128 KiB)
+      size_t n = 100000 + (size_t)i % 50000;
+      void *p = i % 3 == 0   ? qm_calloc(1, n)
+                : i % 3 == 1 ? qm_aligned_alloc(4096, n)
+                             : (r = qm_realloc(r, n + 4096 * (size_t)(i % 7)));
+      if (i % 3 == 2)
+        continue;
+      if (qm_malloc_usable_size(p) < n)
+        ADD_FAILURE() << "usable size below the request";
+      if (!large_slot)
+        large_slot = p;
+      else if (i % 3 == 0)
+        qm_free_sized(p, n);
+      else
+        qm_free(p);
+    }
+    qm_free(r);
+    done = true;
+    while (!quit)
+      std::this_thread::yield();
+  });
+  for (int ms = 0; ms < 20000 && !done; ms++)
+    for (int k = 0; k < 10 && !done; k++) {
+      pthread_kill(t.native_handle(), SIGRTMIN + 4);
+      usleep(100);
+    }
+  bool finished = done;
+  quit = true;
+  if (!finished) {
+    t.detach();
+    FAIL() << "the thread in a large call waits for good";
+  }
+  t.join();
+  qm_free(large_slot);
+  large_slot = nullptr;
+  sigaction(SIGRTMIN + 4, &old, nullptr);
+}
+
 // The frees a handler's free deferred there (the thread marked busy) are
 // applied before mallinfo2 returns: on a thread that never mallocs there
 // is no refill to apply them at, and a large chunk freed so stayed in use.
