@@ -84,6 +84,12 @@ size_t qmt_inbox_waiting(unsigned id) { return qm__state_inbox_waiting(id); }
 void qmt_set_leaving_hook(void (*hook)(void)) { qm__busy_leaving_hook = hook; }
 void qmt_set_fork_hook(void (*hook)(void)) { qm__fork_hook = hook; }
 void qmt_lock_watch(bool on) { qm__lock_watch(on); }
+void qmt_free_in_fast_path(void *p) {
+  uintptr_t was = qm__freeing;
+  qm_freeing_set(QM_BUSY);
+  qm_free(p);
+  qm_freeing_restore(was);
+}
 unsigned qmt_lock_unmarked(const char **file, int *line) { return qm__lock_unmarked(file, line); }
 
 static qm_aged_t age_ring[8];

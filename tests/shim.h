@@ -138,6 +138,10 @@ void qmt_set_fork_hook(void (*hook)(void));
  * landing could wait for good on the lock held; qmt_lock_unmarked gives the
  * count and where the first was taken. */
 void qmt_lock_watch(bool on);
+/* Frees p as a signal handler landing in malloc's or free's fast path
+ * does: deferred under the fast path's mark, which that path then leaves
+ * without applying it. */
+void qmt_free_in_fast_path(void *p);
 unsigned qmt_lock_unmarked(const char **file, int *line);
 
 /* Forgets the log file (option log_path) and any failure to open it. */

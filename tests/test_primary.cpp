@@ -1179,6 +1179,53 @@ TEST(Primary, AHandlersFreeInsideALargeCallOtherThanMallocDoesNotWaitForItsLock)
   sigaction(SIGRTMIN + 4, &old, nullptr);
 }
 
+// A handler's free landing in malloc's or free's fast path is deferred,
+// and the fast path leaves its mark without looking: a thread that then
+// only frees its own small chunks applied it at no refill, and a large
+// chunk so freed stayed in use as long. It is applied at the next batch
+// of parked frees (in checked mode, the next free; with no thread cache,
+// the next free too).
+TEST(Primary, AFreeAHandlerDeferredInAFastPathIsAppliedByLaterFrees) {
+  std::atomic<int> step{0};
+  std::thread t([&] {
+    std::vector<void *> small;
+    for (int i = 0; i < 64; i++)
+      small.push_back(qm_malloc(48));
+    void *large = qm_malloc(300000);
+    step = 1;
+    while (step != 2)
+      std::this_thread::yield();
+    qmt_free_in_fast_path(large);
+    step = 3;
+    while (step != 4)
+      std::this_thread::yield();
+    for (void *p : small)
+      qm_free(p);
+    step = 5;
+    while (step != 6) // its exit applies it too
+      std::this_thread::yield();
+  });
+  auto large_live = [] {
+    qm_stats_t s;
+    qm_stats(&s);
+    return s.large_live_chunks;
+  };
+  while (step != 1)
+    std::this_thread::yield();
+  size_t before = large_live();
+  step = 2;
+  while (step != 3)
+    std::this_thread::yield();
+  EXPECT_EQ(large_live(), before) << "deferred, not applied inside the fast path";
+  step = 4;
+  while (step != 5)
+    std::this_thread::yield();
+  EXPECT_EQ(large_live(), before - 1) << "the deferred free of a large chunk is applied once the "
+                                         "thread has freed 64 small chunks";
+  step = 6;
+  t.join();
+}
+
 // The frees a handler's free deferred there (the thread marked busy) are
 // applied before mallinfo2 returns: on a thread that never mallocs there
 // is no refill to apply them at, and a large chunk freed so stayed in use.

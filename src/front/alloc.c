@@ -151,8 +151,9 @@ QM_EXPORT void *qm_malloc(size_t n) {
   return qm__malloc_slow(n);
 }
 
-/* Outside the primary: a large chunk, or one of init's bootstrap chunks. */
-static QM_COLD void large_free(void *p) {
+/* Outside the primary: a large chunk, a sampled one, or one of init's
+ * bootstrap chunks. Under the caller's mark. */
+QM_COLD void qm__free_outside(void *p) {
   if (QM_UNLIKELY(qm__boot_owns(p))) {
     qm__boot_free(p); /* marked freed, never reused */
     return;
@@ -220,7 +221,7 @@ QM_EXPORT void qm_free(void *p) {
      * handlers deferred meanwhile is applied as the mark is left (a thread
      * that only frees large chunks has no other place to apply it) */
     qm_freeing_set(a);
-    large_free(p);
+    qm__free_outside(p);
     qm__busy_leave_applying(0);
   }
 }

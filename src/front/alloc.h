@@ -21,5 +21,9 @@ void qm__free_checked(const char *call, void *p, size_t align, size_t size, unsi
  * guarded requests, every case checked mode's own path leaves), called
  * with the cache not marked busy. */
 void *qm__malloc_slow(size_t n);
+/* The free of a chunk outside the primary (large, sampled, start-up),
+ * under the caller's mark: what a signal handler defers meanwhile is left
+ * for the caller to apply. */
+void qm__free_outside(void *p);
 
 #endif

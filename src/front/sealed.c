@@ -61,7 +61,7 @@ QM_SEALED qm_describers_t qm__describers = {
 };
 QM_SEALED qm_small_up_t qm__small_up = {
     .malloc_slow = qm__malloc_slow,
-    .free_other = qm_free,
+    .free_other = qm__free_outside,
     .free_general = qm__small_free_general,
     .cache_create = qm__life_cache_create,
 };

@@ -82,11 +82,10 @@ static __thread msgb_t *outbox __attribute__((tls_model("initial-exec")));
  * one load) */
 __thread qm_inbox_t *qm__my_inbox __attribute__((tls_model("initial-exec")));
 /* Frees re-entered from signal handlers (user pointer | generation << 48,
- * the chunk made SENT), settled at the next refill: a ring the handler
- * only appends to (slot, then qm__nested_tail) and the refill only takes
- * from (qm__nested_head), so neither loses the other's entries. One that
- * finds the ring full leaves its chunk SENT: never handed out again
- * (counted). */
+ * the chunk made SENT), applied as a marked call leaves or by take_due: a
+ * ring the handler only appends to (slot, then tail) and the drain only
+ * takes from (head), so neither loses the other's entries; a handler that
+ * finds it full leaves its chunk SENT, never handed out again (counted). */
 #define NESTED_CAP 16u
 static __thread uintptr_t nested[NESTED_CAP] __attribute__((tls_model("initial-exec")));
 __thread unsigned qm__nested_head __attribute__((tls_model("initial-exec")));
@@ -350,10 +349,9 @@ QM_INLINE void drain_inbox(unsigned me) {
   }
 }
 
-void qm__state_drain_inbox(void) { drain_inbox(my_id()); }
-
-void qm__state_drain(void) {
-  qm__small_pend_flush();
+/* The inbox, then the frees handlers deferred (one landing meanwhile too);
+ * not the parked frees: take_due calls this inside the parked batch. */
+void qm__state_drain_due(void) {
   unsigned me = my_id();
   drain_inbox(me);
   while (qm__nested_head != qm__nested_tail) {
@@ -363,11 +361,16 @@ void qm__state_drain(void) {
     uintptr_t p = qm_slot_chunk(m), off = p - qm__pbase, roff, index;
     unsigned c;
     if (off >= qm__pspan || (off >> qm__rshift) == QM_ZCLASS) {
-      /* not a small chunk: applied as the free it is, with its own mark */
+      /* not a small chunk: applied as the free it is, marked with its
+       * address (a handler's free of it reports); the mark is left without
+       * applying (this loop does; a drain would flush the parked frees) */
       uintptr_t was = qm__freeing;
-      qm__freeing = 0;
-      qm__small_up.free_other((void *)p);
-      qm__freeing = was;
+      qm_freeing_set(p);
+      if (off < qm__pspan)
+        qm__zero_free((void *)p, QM_OP_FREE);
+      else
+        qm__small_up.free_other((void *)p);
+      qm_freeing_restore(was);
       continue;
     }
     chunk_of(p, off, &c, &roff, &index);
@@ -387,6 +390,8 @@ void qm__state_drain(void) {
     }
   }
 }
+
+void qm__state_drain(void) { qm__small_pend_flush(), qm__state_drain_due(); }
 
 #ifdef QM_TEST_HOOKS
 size_t qm__state_inbox_waiting(unsigned id) {
@@ -605,7 +610,7 @@ void qm__small_free_general(void *p, uintptr_t off) {
       if (old.m)
         rpend_settle(&old);
       if (QM_UNLIKELY(!(rpend_i % RPEND_N)))
-        inbox_take_due();
+        take_due();
       qm_freeing_clear();
       return;
     }
@@ -647,7 +652,7 @@ void qm__small_free_general(void *p, uintptr_t off) {
       send_free((uintptr_t)p, w);
     }
   }
-  inbox_take_due();
+  take_due();
   qm_freeing_clear();
 }
 

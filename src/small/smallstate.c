@@ -388,7 +388,7 @@ static inline void pend_settle(unsigned i, uint64_t r) {
 }
 
 void qm__small_pend_batch(uint64_t k) {
-  inbox_take_due();
+  take_due();
   /* the half to check was filled QM_PEND_HALF frees before the one just
    * filled: nothing in it yet since the ring was last emptied */
   if (QM_UNLIKELY(k < QM_PEND_N))
@@ -542,7 +542,7 @@ QM_INLINE bool free_checked(uintptr_t a, uintptr_t off) {
 
 void qm__small_free_slow(void *p, uintptr_t off) {
   if (qm__cache_checked && QM_LIKELY(free_checked((uintptr_t)p, off))) {
-    inbox_take_due();
+    take_due();
     qm_freeing_clear();
     return;
   }

@@ -47,16 +47,19 @@ QM_INLINE bool drain_due(void) {
          qm__nested_head != qm__nested_tail;
 }
 
-/* Frees other threads sent this one, taken on its free paths too (every
- * QM_PEND_HALF frees of its own chunks, every RPEND_N of others'): a
- * thread that took over an exited thread's id and only frees has no
- * refill to take them at, and what others freed of its predecessor's
- * chunks stayed in use until it malloc'd or exited. Under the caller's
- * freeing mark, no lock held. */
-void qm__state_drain_inbox(void) QM_COLD;
-QM_INLINE void inbox_take_due(void) {
-  if (QM_UNLIKELY(qm__my_inbox && atomic_load_explicit(qm__my_inbox, memory_order_relaxed)))
-    qm__state_drain_inbox();
+/* What drain_due finds, taken on the free paths too (every QM_PEND_HALF
+ * frees of the thread's own chunks, every RPEND_N of others', at the end of
+ * the general and checked frees): frees other threads sent this one (a
+ * thread that took over an exited thread's id and only frees has no refill
+ * to take them at, and what others freed of its predecessor's chunks stayed
+ * in use until it malloc'd or exited), and frees a signal handler deferred
+ * in a fast path, which leaves its mark without looking (a large chunk so
+ * freed stayed in use as long). Under the caller's freeing mark, no lock
+ * held, nothing parked in between (the parked frees are not flushed). */
+void qm__state_drain_due(void) QM_COLD;
+QM_INLINE void take_due(void) {
+  if (QM_UNLIKELY(drain_due()))
+    qm__state_drain_due();
 }
 
 /* Free of small pointer p (off = p - qm__pbase) past the fast path but for

@@ -16,8 +16,9 @@
 typedef struct qm_small_up {
   /* checked mode's malloc, past its fast path (alloc.c) */
   void *(*malloc_slow)(size_t n);
-  /* a free re-entered from a signal handler whose pointer is no small
-   * chunk, applied when the interrupted call is done (alloc.c) */
+  /* a free re-entered from a signal handler whose pointer is outside the
+   * primary, applied when the interrupted call is done, under the mark
+   * of the pointer (alloc.c: qm__free_outside) */
   void (*free_other)(void *p);
   /* a free that is not this thread's own chunk freed whole (another
    * thread's, an over-aligned one's, or an error to report): handed by
