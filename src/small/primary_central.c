@@ -203,7 +203,7 @@ static unsigned pop_group(unsigned c, central_t *cl, unsigned g, uintptr_t *out,
 #define STEAL_SCAN 256
 
 /* Puts chunk index i of class c into group g's set (lock held). */
-static void set_put(central_t *cl, size_t i, unsigned g) {
+QM_INLINE void set_put(central_t *cl, size_t i, unsigned g) {
   uint64_t *w = word_at(cl, 0, i / 64, g);
   if (!*w)
     mark_word(cl, i / 64, g);
@@ -302,8 +302,8 @@ static unsigned carve(unsigned c, central_t *cl, unsigned g, uintptr_t *out, uns
 /* Puts the chunk of slot s into group g's set; others: the other groups
  * in use, whose bits a chunk given back twice may sit in. Called with the
  * class lock held. */
-static void central_put_locked(unsigned c, central_t *cl, unsigned g, unsigned others,
-                               uintptr_t s) {
+QM_INLINE void central_put_locked(unsigned c, central_t *cl, unsigned g, unsigned others,
+                                  uintptr_t s) {
   uintptr_t base = region(c);
   size_t size = qm__class[c].size;
   /* the generation is in the table; the bit is the chunk's slot, so the
