@@ -84,6 +84,7 @@ size_t qmt_inbox_waiting(unsigned id) { return qm__state_inbox_waiting(id); }
 void qmt_set_leaving_hook(void (*hook)(void)) { qm__busy_leaving_hook = hook; }
 void qmt_set_fork_hook(void (*hook)(void)) { qm__fork_hook = hook; }
 void qmt_lock_watch(bool on) { qm__lock_watch(on); }
+uintptr_t qmt_freeing_mark(void) { return qm__freeing; }
 void qmt_free_in_fast_path(void *p) {
   uintptr_t was = qm__freeing;
   qm_freeing_set(QM_BUSY);

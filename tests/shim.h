@@ -142,6 +142,9 @@ void qmt_lock_watch(bool on);
  * does: deferred under the fast path's mark, which that path then leaves
  * without applying it. */
 void qmt_free_in_fast_path(void *p);
+/* The calling thread's busy mark (0: none; 1: busy; else the pointer a
+ * free or realloc of which a signal handler's free would report). */
+uintptr_t qmt_freeing_mark(void);
 unsigned qmt_lock_unmarked(const char **file, int *line);
 
 /* Forgets the log file (option log_path) and any failure to open it. */

@@ -563,6 +563,9 @@ TEST(Api, EveryCallTakesItsLocksMarkedBusy) {
       p = qm_realloc(p, n);
     p = qm_reallocarray(p, 10, 30);
     qm_realloc(p, 0);
+    // a zero-size chunk to a small and to a large one (its lookup locks)
+    qm_free(qm_realloc(qm_malloc(0), 100));
+    qm_free(qm_realloc(qm_malloc(0), 300000));
   });
   expect_every_lock_marked("sizes and sized frees", [] {
     for (size_t n : {0ul, 24ul, 2000ul, 200000ul}) {

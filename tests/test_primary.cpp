@@ -1289,6 +1289,56 @@ TEST(Primary, AHandlersFreeAsStatsLeavesItsMarkIsApplied) {
   }
 }
 
+// A free of a large chunk, and realloc's move of one, apply what handlers
+// deferred as they leave; by then the chunk is back in the heap and another
+// thread's malloc may have its address: the mark they apply under is a
+// plain busy one, not the pointer's (a handler's free of that other
+// thread's chunk was reported as a double free of the freed one).
+static uintptr_t mark_seen;
+static void leaving_reads_mark() {
+  qmt_set_leaving_hook(nullptr); // once
+  mark_seen = qmt_freeing_mark();
+}
+TEST(Primary, WhatAFreeOfALargeChunkAppliesAsItLeavesIsNotUnderItsMark) {
+  std::thread t([] {
+    for (int realloc_move = 0; realloc_move < 2; realloc_move++) {
+      void *p = qm_malloc(200000);
+      mark_seen = 0;
+      qmt_set_leaving_hook(leaving_reads_mark);
+      if (realloc_move)
+        qm_free(qm_realloc(p, 50000000)); // moved: too large to grow in place
+      else
+        qm_free(p);
+      qmt_set_leaving_hook(nullptr);
+      EXPECT_EQ(mark_seen, (uintptr_t)1) << (realloc_move ? "realloc" : "free") << " of " << p;
+    }
+  });
+  t.join();
+}
+
+// The same as a thread's exit hook leaves its mark: a handler's free
+// deferred after the hook's drain was lost with the thread (a large chunk
+// stayed in use for good, a small one SENT, and its second free went
+// unreported). Applied as the hook leaves, through the closed path.
+TEST(Primary, AHandlersFreeAsAThreadExitsIsApplied) {
+  if (!qmt_option("thread_cache"))
+    GTEST_SKIP() << "no thread has a cache, hence an exit hook";
+  stats_victim = qm_malloc(200000);
+  stats_freed = false;
+  qm_stats_t before, after;
+  qm_stats(&before);
+  std::thread t([] {
+    qm_free(qm_malloc(64));              // a cache, hence an exit hook
+    qmt_set_leaving_hook(leaving_frees); // its next leave is the exit hook's
+  });
+  t.join();
+  qmt_set_leaving_hook(nullptr);
+  ASSERT_TRUE(stats_freed) << "the exit hook left its mark without looking";
+  qm_stats(&after);
+  EXPECT_EQ(after.large_live_chunks, before.large_live_chunks - 1)
+      << "a large chunk freed by a handler as its thread exits";
+}
+
 // A signal handler's malloc that lands in the making of a thread's cache
 // takes the central lists: made a second time, nested, the cache took a
 // second registration, and the outer making then set its bins' counts over

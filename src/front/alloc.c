@@ -222,6 +222,10 @@ QM_EXPORT void qm_free(void *p) {
      * that only frees large chunks has no other place to apply it) */
     qm_freeing_set(a);
     qm__free_outside(p);
+    /* p is back in the heap, another thread's malloc may have it now: a
+     * handler's free of that one while the deferred frees are applied is
+     * no double free */
+    qm_freeing_set(QM_BUSY);
     qm__busy_leave_applying(0);
   }
 }
@@ -414,12 +418,15 @@ QM_EXPORT void qm_free_sized(void *p, size_t size) {
 
 /* Leaves realloc's mark (set whatever mark was there): back to was inside
  * another call's, which applies what handlers deferred; else cleared,
- * applying them. */
+ * applying them under a plain busy mark (a large chunk moved is back in
+ * the heap, and another thread's malloc may have its address now). */
 static void realloc_leave(uintptr_t was) {
-  if (was)
+  if (was) {
     qm_freeing_restore(was);
-  else
-    qm__busy_leave_applying(0);
+    return;
+  }
+  qm_freeing_set(QM_BUSY);
+  qm__busy_leave_applying(0);
 }
 
 QM_EXPORT void *qm_realloc(void *p, size_t n) {

@@ -223,7 +223,9 @@ static void on_thread_exit(void *arg) {
   tc->next = spares;
   spares = tc;
   qm_unlock(&registry_lock);
-  qm_busy_leave(was);
+  /* what handlers deferred since the drain above: applied as any free of
+   * a thread with no id (the closed path), not lost with the thread */
+  qm__busy_leave_applying(was);
 }
 
 /* One spare at a time off the list (a new thread cannot take it
