@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "age.h"
+#include "alloc.h"
 #include "belt.h"
 #include "cache.h"
 #include "guarded.h"
@@ -85,6 +86,17 @@ void qmt_set_leaving_hook(void (*hook)(void)) { qm__busy_leaving_hook = hook; }
 void qmt_set_fork_hook(void (*hook)(void)) { qm__fork_hook = hook; }
 void qmt_lock_watch(bool on) { qm__lock_watch(on); }
 uintptr_t qmt_freeing_mark(void) { return qm__freeing; }
+uintptr_t qmt_free_marked(void *p) {
+  uintptr_t was = qm__freeing, off = (uintptr_t)p - qm__pbase;
+  qm_freeing_set((uintptr_t)p);
+  if (off < qm__pspan)
+    qm__zero_free(p, QM_OP_FREE);
+  else
+    qm__free_outside(p);
+  uintptr_t m = qm__freeing;
+  qm_freeing_restore(was);
+  return m;
+}
 void qmt_free_in_fast_path(void *p) {
   uintptr_t was = qm__freeing;
   qm_freeing_set(QM_BUSY);

@@ -145,6 +145,11 @@ void qmt_free_in_fast_path(void *p);
 /* The calling thread's busy mark (0: none; 1: busy; else the pointer a
  * free or realloc of which a signal handler's free would report). */
 uintptr_t qmt_freeing_mark(void);
+/* Frees p (a zero-size, sampled or large chunk) marked with p, as a free
+ * or the drain of deferred frees does, and returns the mark its side left:
+ * busy, once the chunk is the heap's (another thread may have its address
+ * before the free returns). */
+uintptr_t qmt_free_marked(void *p);
 unsigned qmt_lock_unmarked(const char **file, int *line);
 
 /* Forgets the log file (option log_path) and any failure to open it. */

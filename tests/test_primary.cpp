@@ -1316,6 +1316,58 @@ TEST(Primary, WhatAFreeOfALargeChunkAppliesAsItLeavesIsNotUnderItsMark) {
   t.join();
 }
 
+// The same as a free past the fast path leaves its mark: on a thread with
+// no cache (thread_cache=0, or no id left) it is the last place such a
+// thread looks, with no exit hook after it, and a handler's free landing
+// after its look stayed deferred for good (a large chunk in use, a second
+// free of it unreported). It looks again once the mark is clear.
+TEST(Primary, AHandlersFreeAsAFreeLeavesItsMarkIsApplied) {
+  stats_victim = qm_malloc(200000);
+  stats_freed = false;
+  qm_stats_t before, after;
+  qm_stats(&before);
+  void *remote = qm_malloc(64);
+  std::thread t([remote] {
+    qm_free(qm_malloc(64));
+    // its next leave: this free's with no cache or in checked mode (the
+    // thread's last call), else its exit hook's (parked remote frees)
+    qmt_set_leaving_hook(leaving_frees);
+    qm_free(remote); // another thread's: past the fast path
+  });
+  t.join();
+  qmt_set_leaving_hook(nullptr);
+  ASSERT_TRUE(stats_freed);
+  qm_stats(&after);
+  EXPECT_EQ(after.large_live_chunks, before.large_live_chunks - 1)
+      << "a large chunk freed by a handler as a free left its mark";
+}
+
+// The side that frees a zero-size, sampled or large chunk turns the mark
+// naming it into a plain busy one as it makes the chunk the heap's, under
+// its lock: after that, and before the free returns (a munmap, say),
+// another thread's malloc may have the address, and a handler's free of
+// that chunk was reported as a second free of this one (the review's
+// stale_storm: every run with the quarantine off).
+TEST(Primary, AFreeMarkedWithItsPointerLeavesAPlainMarkOnceTheChunkIsTheHeaps) {
+  void *sampled = nullptr;
+  std::vector<void *> plain;
+  for (int i = 0; i < 100000 && !sampled; i++) {
+    void *p = qm_malloc(100);
+    if (qmt_is_guarded(p))
+      sampled = p;
+    else
+      plain.push_back(p);
+  }
+  for (void *p : plain)
+    qm_free(p);
+  void *kinds[] = {qm_malloc(0), qm_malloc(300000), qm_malloc(20000000), sampled};
+  for (void *p : kinds) {
+    if (p) {
+      EXPECT_EQ(qmt_free_marked(p), (uintptr_t)1) << p;
+    }
+  }
+}
+
 // The same as a thread's exit hook leaves its mark: a handler's free
 // deferred after the hook's drain was lost with the thread (a large chunk
 // stayed in use for good, a small one SENT, and its second free went

@@ -170,6 +170,7 @@ void qm__large_free(void *p) {
   uint32_t i = qm__sec_find_live_locked(p, QM_OP_FREE);
   block_t *b = B(i);
   b->chunk.state = B_BUSY;
+  qm_mark_released((uintptr_t)p);
   b->chunk.flags |= F_FREED;
   tail_sub(b);
   b->chunk.odo = qm__belt_odometer();

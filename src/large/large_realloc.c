@@ -142,6 +142,7 @@ static void *move_grow(uint32_t old, size_t size, size_t need, const trace_t *t)
    * range: reused in place, its RW part may be two mappings that do not
    * merge (seen on 6.18), which 5.10 and 5.15 cannot move in one mremap */
   o->chunk.flags |= F_FREED | F_SPLIT;
+  qm_mark_released(user_of(o));
   o->chunk.odo = qm__belt_odometer();
   o->chunk.seq = qm__note_free(old, t);
   L.live--;

@@ -50,6 +50,24 @@ typedef struct qm_thread {
 
 extern __thread qm_thread_t qm__t __attribute__((tls_model("initial-exec")));
 
+/* The busy mark's values other than a pointer (smallstate.h says what the
+ * mark is for): busy with no one pointer, and p | QM_REALLOCING while
+ * realloc works on p. */
+#define QM_BUSY ((uintptr_t)1)
+#define QM_REALLOCING ((uintptr_t)2)
+/* The chunk at user pointer p stops being the program's: its free or move
+ * made it the heap's, under its side's lock, before another thread can
+ * have the address. A mark naming p turns plain busy, so that a signal
+ * handler's free of whatever takes the address next is not reported as a
+ * second free of p; one of p itself still is, when its side finds p freed
+ * as the deferred free is applied. */
+QM_INLINE void qm_mark_released(uintptr_t p) {
+  if ((qm__t.freeing & ~QM_REALLOCING) == p) {
+    qm__t.freeing = QM_BUSY;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  }
+}
+
 #define qm__freeing (qm__t.freeing)
 #define qm__me (qm__t.me)
 #define qm__rng (qm__t.rng)

@@ -401,6 +401,7 @@ void qm__guarded_free(void *p, qm_op_t op) {
   uint32_t i;
   qm_lock(&G.lock);
   gslot_t *s = slot_live_locked(a, op, &c, &i);
+  qm_mark_released(a);
   uintptr_t data = slot_data(c, i);
   size_t len = FX(c).pages << qm__page_shift;
   uint8_t flags = 0;

@@ -551,7 +551,7 @@ static __thread bool no_free_id __attribute__((tls_model("initial-exec")));
 void qm__small_free_general(void *p, uintptr_t off) {
   if ((off >> qm__rshift) == QM_ZCLASS) {
     qm__zero_free(p, QM_OP_FREE);
-    qm_freeing_clear();
+    free_leave();
     return;
   }
   uintptr_t a = (uintptr_t)p, roff, index;
@@ -621,7 +621,7 @@ void qm__small_free_general(void *p, uintptr_t off) {
     uint64_t fw = qm_e_freed(w);
     qm_entry_store(e, fw);
     release_freed(a, ch, c, w, fw);
-    qm_freeing_clear();
+    free_leave();
     return;
   }
   ch = qm__small_check(QM_OP_FREE, p, off, &c, &e, &w);
@@ -652,8 +652,7 @@ void qm__small_free_general(void *p, uintptr_t off) {
       send_free((uintptr_t)p, w);
     }
   }
-  take_due();
-  qm_freeing_clear();
+  free_leave();
 }
 
 /* ---- at exit, the main thread's (it has no exit hook) ---- */

@@ -295,6 +295,12 @@ void qm__busy_leave_applying(uintptr_t was) {
   }
 }
 
+void qm__free_leave_late(void) {
+  qm_freeing_set(QM_BUSY);
+  qm__state_drain_due();
+  qm__busy_leave_applying(0);
+}
+
 /* ---- release ---- */
 
 void qm__small_zero_sent(uintptr_t ch, unsigned c, uintptr_t canary) {
@@ -542,8 +548,7 @@ QM_INLINE bool free_checked(uintptr_t a, uintptr_t off) {
 
 void qm__small_free_slow(void *p, uintptr_t off) {
   if (qm__cache_checked && QM_LIKELY(free_checked((uintptr_t)p, off))) {
-    take_due();
-    qm_freeing_clear();
+    free_leave();
     return;
   }
   qm__small_up.free_general(p, off);

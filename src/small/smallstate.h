@@ -46,10 +46,9 @@ QM_INLINE void qm_freeing_restore(uintptr_t was) {
   qm__freeing = was;
 }
 QM_INLINE void qm_freeing_clear(void) { qm_freeing_restore(0); }
-#define QM_BUSY ((uintptr_t)1)
-/* p | QM_REALLOCING: realloc is resizing p in place; a free of p from a
- * signal handler meanwhile reports (its entry would be written back live) */
-#define QM_REALLOCING ((uintptr_t)2)
+/* QM_BUSY, QM_REALLOCING (p | QM_REALLOCING: realloc is at work on p; a
+ * free of p from a signal handler meanwhile reports) and qm_mark_released
+ * in thread.h, for the sides that release a chunk under their lock */
 /* Marks the cache busy on a slow path unless a free already did; the
  * value to pass to qm_busy_leave. */
 QM_INLINE uintptr_t qm_busy_enter(void) {
@@ -171,8 +170,9 @@ void qm__busy_leave_applying(uintptr_t was);
 #ifdef QM_TEST_HOOKS
 /* Test hook: the frees waiting in id's inbox (its thread idle meanwhile). */
 size_t qm__state_inbox_waiting(unsigned id);
-/* Test hook: called by qm__busy_leave_applying after its check and before
- * the mark is cleared, as a signal handler that landed there would run. */
+/* Test hook: called by qm__busy_leave_applying and by the frees past the
+ * fast path (free_leave) after their check and before the mark is
+ * cleared, as a signal handler that landed there would run. */
 extern void (*qm__busy_leaving_hook)(void);
 /* Test hook: from qm__lock_watch(true) on, the calling thread counts the
  * locks it takes unmarked (lock.h), its exit included; qm__lock_unmarked

@@ -61,6 +61,20 @@ QM_INLINE void take_due(void) {
   if (QM_UNLIKELY(drain_due()))
     qm__state_drain_due();
 }
+/* Leaves a free's mark past the fast path, then takes what is due, marked
+ * again: one look, after the clear, so that a handler's free landing just
+ * before it is taken too (the general path's last call on a thread with no
+ * cache had nothing after it to take it: no exit hook, no fast path). */
+void qm__free_leave_late(void) QM_COLD;
+QM_INLINE void free_leave(void) {
+#ifdef QM_TEST_HOOKS
+  if (qm__busy_leaving_hook)
+    qm__busy_leaving_hook();
+#endif
+  qm_freeing_clear();
+  if (QM_UNLIKELY(drain_due()))
+    qm__free_leave_late();
+}
 
 /* Free of small pointer p (off = p - qm__pbase) past the fast path but for
  * checked mode's own (qm__small_free_slow's other way): the zero-size

@@ -160,6 +160,7 @@ void qm__zero_free(void *p, qm_op_t op) {
     bad_pointer(op, p);
   }
   *word_of(i, false) &= ~((uint64_t)1 << (i % 64));
+  qm_mark_released((uintptr_t)p);
   if (qm_age_full(&q, RING)) { /* the oldest has waited long enough: loose */
     size_t old = fifo_pop();
     nloose[old / LEAF_BITS]++;
