@@ -1368,6 +1368,24 @@ TEST(Primary, AFreeMarkedWithItsPointerLeavesAPlainMarkOnceTheChunkIsTheHeaps) {
   }
 }
 
+// The same for a small chunk that a free past the fast path puts where
+// another thread may take it before the free returns (the central lists
+// with no thread cache, its owner in checked mode): the review's
+// small_storm under thread_cache=0 reported a double free within 50 ms.
+TEST(Primary, ASmallChunkGivenAwayIsNotNamedByTheMarkAsItsFreeLeaves) {
+  void *remote = qm_malloc(64);
+  mark_seen = 0;
+  std::thread t([remote] {
+    qm_free(qm_malloc(64));
+    qmt_set_leaving_hook(leaving_reads_mark); // this free's leave, or its exit's
+    qm_free(remote);
+  });
+  t.join();
+  qmt_set_leaving_hook(nullptr);
+  EXPECT_NE(mark_seen, (uintptr_t)remote) << "the mark named the chunk given away";
+  EXPECT_EQ(mark_seen, (uintptr_t)1);
+}
+
 // The same as a thread's exit hook leaves its mark: a handler's free
 // deferred after the hook's drain was lost with the thread (a large chunk
 // stayed in use for good, a small one SENT, and its second free went

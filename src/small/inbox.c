@@ -539,8 +539,11 @@ void qm__state_fork_child(void) {
 
 /* A chunk this thread just made FREE (entry w before, fw after; a its
  * user pointer): its checked canary cleared, into the cache. */
+/* The chunk may be another thread's from here on (as from send_free): not
+ * named by the mark; a handler's second free finds its entry FREE. */
 static void release_freed(uintptr_t a, uintptr_t ch, unsigned c, uint64_t w, uint64_t fw) {
   qm_canary_clear(a + qm_e_size(w));
+  qm_mark_released(a);
   qm__small_release(qm_slot_make(ch, qm_e_gen(fw)), c);
 }
 
@@ -649,7 +652,8 @@ void qm__small_free_general(void *p, uintptr_t off) {
       qm_entry_store(e, fw);
       release_freed(a, ch, c, w, fw);
     } else {
-      send_free((uintptr_t)p, w);
+      qm_mark_released(a);
+      send_free(a, w);
     }
   }
   free_leave();
@@ -657,22 +661,14 @@ void qm__small_free_general(void *p, uintptr_t off) {
 
 /* ---- at exit, the main thread's (it has no exit hook) ---- */
 
-/* the main thread's (which has no exit hook), when the program ends: an
- * overflow past a chunk it freed among its last RPEND_N such frees is
- * still reported */
-__attribute__((destructor)) static void rpend_at_exit(void) {
+/* When the program ends, the main thread's parked remote frees (an
+ * overflow past a chunk it freed among its last RPEND_N such frees is still
+ * reported) and what other threads sent it (a free sent to it that finds
+ * its chunk freed meanwhile by the main thread itself, the two frees
+ * racing, is reported before the process is gone, not never). */
+__attribute__((destructor)) static void main_at_exit(void) {
   uintptr_t was = qm_busy_enter();
   rpend_flush();
-  qm_busy_leave(was);
-}
-
-/* The main thread's parked frees, and what other threads sent it, when
- * the program ends (it has no exit hook): a free sent to it that finds its
- * chunk freed meanwhile by the main thread itself (the two frees raced:
- * the sender's swap landed between the owner's load and its plain store)
- * is reported before the process is gone, not never. */
-__attribute__((destructor)) static void drain_at_exit(void) {
-  uintptr_t was = qm_busy_enter();
   qm__state_drain();
   qm_busy_leave(was);
 }
