@@ -48,8 +48,8 @@ QM_INLINE bool drain_due(void) {
 }
 
 /* What drain_due finds, taken on the free paths too (every QM_PEND_HALF
- * frees of the thread's own chunks, every RPEND_N of others', at the end of
- * the general and checked frees): frees other threads sent this one (a
+ * frees of the thread's own chunks, every RPEND_N of others'; free_leave
+ * after the general and checked frees): frees other threads sent this one (a
  * thread that took over an exited thread's id and only frees has no refill
  * to take them at, and what others freed of its predecessor's chunks stayed
  * in use until it malloc'd or exited), and frees a signal handler deferred
