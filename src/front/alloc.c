@@ -219,13 +219,11 @@ QM_EXPORT void qm_free(void *p) {
   if (p) {
     /* large and guarded frees take locks: a handler's free must not; what
      * handlers deferred meanwhile is applied as the mark is left (a thread
-     * that only frees large chunks has no other place to apply it) */
+     * that only frees large chunks has no other place to apply it), plain
+     * busy by then: the side turned it so as it made p the heap's
+     * (qm_mark_released) */
     qm_freeing_set(a);
     qm__free_outside(p);
-    /* p is back in the heap, another thread's malloc may have it now: a
-     * handler's free of that one while the deferred frees are applied is
-     * no double free */
-    qm_freeing_set(QM_BUSY);
     qm__busy_leave_applying(0);
   }
 }

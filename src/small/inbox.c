@@ -391,7 +391,10 @@ void qm__state_drain_due(void) {
   }
 }
 
-void qm__state_drain(void) { qm__small_pend_flush(), qm__state_drain_due(); }
+void qm__state_drain(void) {
+  qm__small_pend_flush();
+  qm__state_drain_due();
+}
 
 #ifdef QM_TEST_HOOKS
 size_t qm__state_inbox_waiting(unsigned id) {
@@ -538,9 +541,9 @@ void qm__state_fork_child(void) {
 /* ---- free past the fast path, but checked mode's own ---- */
 
 /* A chunk this thread just made FREE (entry w before, fw after; a its
- * user pointer): its checked canary cleared, into the cache. */
-/* The chunk may be another thread's from here on (as from send_free): not
- * named by the mark; a handler's second free finds its entry FREE. */
+ * user pointer): its checked canary cleared, into the cache. It may be
+ * another thread's from here on (as from send_free): no longer named by
+ * the mark; a handler's second free finds its entry FREE. */
 static void release_freed(uintptr_t a, uintptr_t ch, unsigned c, uint64_t w, uint64_t fw) {
   qm_canary_clear(a + qm_e_size(w));
   qm_mark_released(a);
